@@ -1,0 +1,311 @@
+"""Structured configs: every knob of tsctl, documented where it is declared.
+
+Hydra composes the YAML groups under ``conf/`` onto these dataclasses (registered in the
+ConfigStore by :mod:`tsctl.config.store`), so an unknown key or a value of the wrong type is
+rejected by OmegaConf; value ranges and names are checked by :func:`tsctl.config.validate.validate`.
+
+The three sweep knobs of Thinking Seeds are top-level keys: ``ratio``, ``truncation``, ``refresh``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class TinyModelConfig:
+    """Architecture of the built-in tiny Llama-style model (used when ``model.path=builtin``)."""
+
+    hidden_size: int = 128
+    """Width of the residual stream."""
+    num_layers: int = 4
+    """Number of transformer blocks."""
+    num_heads: int = 4
+    """Attention heads (head_dim = hidden_size / num_heads)."""
+    intermediate_size: int = 384
+    """Width of the SwiGLU MLP."""
+    max_position_embeddings: int = 256
+    """Longest prompt + response the model can see, in tokens."""
+
+
+@dataclass
+class WarmupConfig:
+    """Supervised warm-up of the built-in model on the task's worked solutions (``tsctl warmup``)."""
+
+    examples: int = 40000
+    """Training examples drawn from the task's train split (cycled if the split is smaller)."""
+    batch_size: int = 64
+    """Sequences per optimiser step."""
+    lr: float = 3e-3
+    """Peak learning rate (linear warm-up over 5% of steps, cosine decay to 10%)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    eval_problems: int = 1000
+    """Held-out problems scored greedily after warm-up."""
+
+
+@dataclass
+class ModelConfig:
+    """Which causal LM to train, and how to load it."""
+
+    path: str = "builtin"
+    """``builtin`` (the tiny model tsctl builds and warms up itself), a local HF folder, or a hub id."""
+    dtype: str = "auto"
+    """Parameter dtype: ``auto`` (float32 on CPU, bfloat16 on GPU), ``float32`` or ``bfloat16``."""
+    device: str = "auto"
+    """``auto`` (cuda when available), ``cpu`` or ``cuda``."""
+    use_chat_template: bool = True
+    """Wrap prompts in the tokenizer's chat template when it has one."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Architecture of the built-in model."""
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    """How the built-in model is warmed up before RL."""
+
+
+@dataclass
+class CountdownConfig:
+    """Countdown: combine the given numbers with + - * to reach the target."""
+
+    min_numbers: int = 3
+    """Fewest numbers offered."""
+    max_numbers: int = 4
+    """Most numbers offered."""
+    max_number: int = 20
+    """Numbers are drawn from 1..max_number."""
+    max_target: int = 200
+    """Targets above this are rejected while generating."""
+
+
+@dataclass
+class ArithmeticConfig:
+    """Arithmetic chains: evaluate a sum/difference of several multi-digit numbers step by step."""
+
+    min_terms: int = 3
+    """Fewest terms in the expression."""
+    max_terms: int = 4
+    """Most terms in the expression."""
+    max_digits: int = 2
+    """Each term has 1..max_digits digits."""
+
+
+@dataclass
+class FileTaskConfig:
+    """Bring-your-own task: a JSONL or Parquet file with one problem per row."""
+
+    train_path: Optional[str] = None
+    """File with the training problems (questions for RL, solutions for warm-up)."""
+    heldout_path: Optional[str] = None
+    """File with held-out problems; when absent, ``heldout_fraction`` of train_path is held out."""
+    heldout_fraction: float = 0.1
+    """Share of train_path held out when heldout_path is not given."""
+    question_field: str = "question"
+    """Field holding the question text."""
+    solution_field: Optional[str] = "solution"
+    """Field holding a worked solution (needed by warm-up only); null when there is none."""
+    answer_field: str = "answer"
+    """Field holding the gold final answer."""
+    grader: str = "math_verify"
+    """How answers are compared: ``exact``, ``numeric`` or ``math_verify``."""
+    answer_pattern: str = "Answer:"
+    """The final answer is the text after the last occurrence of this marker (or the last \\boxed{})."""
+
+
+@dataclass
+class TaskConfig:
+    """The verifiable task: prompts for RL, worked solutions for warm-up, a verifier for rewards."""
+
+    name: str = "countdown"
+    """``countdown`` (default: early tokens carry real choices), ``arithmetic`` or ``file``."""
+    heldout_size: int = 1000
+    """Held-out problems of a synthetic task (never overlapping the train split)."""
+    train_size: int = 50000
+    """Training problems of a synthetic task."""
+    data_seed: int = 1234
+    """Seed of the synthetic generators; train and held-out splits are disjoint for every seed."""
+    countdown: CountdownConfig = field(default_factory=CountdownConfig)
+    """Parameters of the countdown generator."""
+    arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    """Parameters of the arithmetic-chain generator."""
+    file: FileTaskConfig = field(default_factory=FileTaskConfig)
+    """Parameters of a file-backed task (``task.name=file``)."""
+
+
+@dataclass
+class EngineConfig:
+    """Rollout backend and sampling parameters."""
+
+    name: str = "hf"
+    """``hf`` (transformers; CPU or one GPU) or ``vllm`` (GPU)."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1]."""
+    max_new_tokens: int = 48
+    """Longest response, in tokens; longer responses are truncated."""
+    batch_size: int = 256
+    """Sequences decoded together (prompts x n are chunked to this)."""
+    gpu_memory_utilization: float = 0.5
+    """vllm only: share of GPU memory vLLM may take (the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """vllm only: GPUs per engine."""
+
+
+@dataclass
+class AlgoConfig:
+    """Policy-gradient objective: DAPO/GRPO with token-level clipped importance ratios."""
+
+    loss: str = "dapo"
+    """Policy loss in the registry: ``dapo`` (token-mean, clip-higher) or ``grpo`` (sequence-mean)."""
+    clip_low: float = 0.2
+    """Lower clip range: ratios below 1 - clip_low are clipped."""
+    clip_high: float = 0.28
+    """Upper clip range (DAPO clip-higher): ratios above 1 + clip_high are clipped."""
+    clip_c: Optional[float] = None
+    """Dual-clip constant (> 1) bounding the loss for negative advantages; null disables."""
+    norm_adv_by_std: bool = True
+    """Divide advantages by the group std (GRPO); false gives Dr. GRPO."""
+    adv_eps: float = 1e-6
+    """Added to the group std before dividing."""
+    kl_coef: float = 0.0
+    """Coefficient of a k3 KL penalty to the frozen initial model; 0 disables (DAPO default)."""
+    entropy_coef: float = 0.0
+    """Coefficient of an entropy bonus; 0 disables."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and draw more prompts."""
+    max_resample_rounds: int = 3
+    """Extra generation rounds dynamic sampling may spend to refill the batch."""
+    overlong: str = "none"
+    """Truncated responses: ``none``, ``mask`` (drop them from the loss) or ``penalty`` (DAPO soft penalty)."""
+    overlong_buffer: int = 8
+    """DAPO soft penalty: tokens before max_new_tokens where the linear length penalty starts."""
+    overlong_penalty: float = 1.0
+    """DAPO soft penalty: largest penalty subtracted from the reward."""
+
+
+@dataclass
+class SeedsConfig:
+    """Thinking Seeds: behaviour-policy prefixes (the top-level ``ratio``, ``truncation``, ``refresh`` choose the ablation)."""
+
+    fraction: float = 0.5
+    """``fixed``: the prefix is this fraction of the behaviour response."""
+    lo: float = 0.2
+    """``uniform``/``boundary``: lower end of the drawn fraction."""
+    hi: float = 0.8
+    """``uniform``/``boundary``: upper end of the drawn fraction."""
+    entropy_window: float = 0.5
+    """``entropy``: search the first this-fraction of the response for the highest-entropy token."""
+    schedule: str = "linear"
+    """``schedule``: how the prefix fraction shrinks over training, ``linear`` or ``cosine``."""
+    schedule_start: float = 0.8
+    """``schedule``: prefix fraction at step 0."""
+    schedule_end: float = 0.1
+    """``schedule``: prefix fraction at the last step."""
+    exclude_answer: bool = True
+    """Never put the final-answer line in a prefix when the task can tell where it starts."""
+    train_prefix: bool = True
+    """Keep prefix tokens in the loss; false is the ablation that trains only on the suffix."""
+    adv_group: str = "all"
+    """Group statistics for advantages over ``all`` n samples or over ``plain`` samples only."""
+
+
+@dataclass
+class TrainerConfig:
+    """The RL loop."""
+
+    steps: int = 150
+    """Optimiser steps of the outer loop (one batch of rollouts each)."""
+    batch_size: int = 16
+    """Prompts per step."""
+    n: int = 8
+    """Responses per prompt (the GRPO group size)."""
+    mini_batches: int = 2
+    """Optimiser steps per batch (the batch is split into this many mini-batches)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
+    epochs: int = 1
+    """Passes over the batch per step."""
+    lr: float = 2e-4
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 5
+    """Linear learning-rate warm-up, in optimiser steps."""
+    schedule: str = "constant"
+    """After warm-up: ``constant`` or ``cosine``."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm."""
+    save_every: int = 25
+    """Steps between checkpoints (the last step is always saved)."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept on disk (0 keeps all)."""
+    eval_every: int = 25
+    """Steps between held-out evaluations (and at start and end); 0 disables."""
+    eval_problems: int = 1000
+    """Held-out problems for greedy accuracy."""
+    eval_samples_problems: int = 256
+    """Held-out problems for sampled pass@1."""
+    position_bins: list[int] = field(default_factory=lambda: [0, 4, 8, 16, 32, 64])
+    """Left edges of the absolute-position bins for position-resolved metrics (last bin is open)."""
+
+
+@dataclass
+class EvalConfig:
+    """``tsctl eval``: which checkpoints, which benchmarks, how many samples."""
+
+    checkpoint: Optional[str] = None
+    """A model folder, a run folder, or null for ``model.path``."""
+    step: str = "last"
+    """With a run folder: ``last``, ``all`` or a step number."""
+    benchmarks: list[str] = field(default_factory=lambda: ["heldout"])
+    """Benchmarks by name (``conf/benchmark/<name>.yaml``); ``heldout`` is the task's held-out split."""
+    k: int = 8
+    """Samples per problem for sampled pass@1 and pass@k."""
+    pass_k: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    """k values of the unbiased pass@k estimator (each <= k)."""
+    limit: Optional[int] = None
+    """Score only the first ``limit`` problems of each benchmark."""
+    on_bad_row: str = "error"
+    """A malformed benchmark row: ``error`` (stop, naming file, line and field) or ``skip`` (count and report)."""
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go besides ``metrics.jsonl`` (always written)."""
+
+    name: str = "console"
+    """``console`` (rich progress) or ``wandb`` (also logs to Weights & Biases)."""
+    wandb_project: str = "tsctl"
+    """wandb project."""
+    wandb_mode: str = "offline"
+    """wandb mode: ``offline`` (default; sync later with ``wandb sync``), ``online`` or ``disabled``."""
+
+
+@dataclass
+class TsctlConfig:
+    """Root config of every tsctl command."""
+
+    ratio: float = 0.0
+    """Share (%) of each group's samples that continue a behaviour-policy prefix; 0 = plain DAPO."""
+    truncation: str = "uniform"
+    """Truncation strategy for seeds: fixed, uniform, boundary, entropy or schedule."""
+    refresh: int = 10
+    """Steps between behaviour-policy refreshes (T); 0 = never refresh (keep the initial model)."""
+    seed: int = 0
+    """Seed of sampling, initialisation and data order."""
+    experiment: str = "default"
+    """Run folder is ``<runs_dir>/<experiment>/<name>``."""
+    name: Optional[str] = None
+    """Run name; null derives one from the overrides (``ratio25-refresh10-seed0``)."""
+    runs_dir: str = "runs"
+    """Root folder of run outputs and the model cache."""
+    resume: bool = False
+    """Continue an existing run from its newest complete checkpoint."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    seeds: SeedsConfig = field(default_factory=SeedsConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)

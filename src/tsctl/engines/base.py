@@ -1,0 +1,71 @@
+"""The rollout engine interface shared by the ``hf`` and ``vllm`` backends.
+
+An engine samples continuations of token-id prompts. Each request may carry a prefix (token ids
+written by another policy) that the sample continues from: that is how Thinking Seeds hands a
+behaviour-policy prefix to the current policy. Engines never re-encode text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample.
+
+    Attributes:
+        temperature: softmax temperature; 0 means greedy.
+        top_p: nucleus mass in (0, 1].
+        max_new_tokens: most tokens generated per request (the prefix does not count).
+        seed: seed of the sampler's generator, for reproducible draws.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One sample to draw.
+
+    Attributes:
+        prompt_ids: token ids of the prompt, shape [P].
+        prefix_ids: token ids the sample must continue from (a behaviour-policy prefix), shape [S];
+            empty for a plain on-policy sample.
+    """
+
+    prompt_ids: Sequence[int]
+    prefix_ids: Sequence[int] = field(default_factory=tuple)
+
+
+@dataclass
+class Completion:
+    """What the engine generated for one request.
+
+    Attributes:
+        token_ids: generated token ids, shape [G] (excludes prompt and prefix; includes EOS if hit).
+        logprobs: log-probability of each generated token under the sampling distribution, shape [G].
+        finished: True when the sample ended with EOS, False when cut at max_new_tokens.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finished: bool
+
+
+class Engine(Protocol):
+    """A rollout backend."""
+
+    def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
+        """Sample one completion per request, in request order."""
+        ...
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Replace the engine's weights with the trainer's current ones."""
+        ...
