@@ -17,13 +17,13 @@ from typing import Optional
 class TinyModelConfig:
     """Architecture of the built-in tiny Llama-style model (used when ``model.path=builtin``)."""
 
-    hidden_size: int = 128
+    hidden_size: int = 160
     """Width of the residual stream."""
     num_layers: int = 4
     """Number of transformer blocks."""
     num_heads: int = 4
     """Attention heads (head_dim = hidden_size / num_heads)."""
-    intermediate_size: int = 384
+    intermediate_size: int = 480
     """Width of the SwiGLU MLP."""
     max_position_embeddings: int = 256
     """Longest prompt + response the model can see, in tokens."""
@@ -43,6 +43,8 @@ class WarmupConfig:
     """AdamW weight decay."""
     eval_problems: int = 1000
     """Held-out problems scored greedily after warm-up."""
+    seed: int = 0
+    """Seed of initialisation and data order (the warmed-up model is shared by all RL seeds)."""
 
 
 @dataclass
@@ -105,6 +107,11 @@ class FileTaskConfig:
     """Field holding a worked solution (needed by warm-up only); null when there is none."""
     answer_field: str = "answer"
     """Field holding the gold final answer."""
+    answer_rule: str = "field"
+    """How the gold answer is read from answer_field: ``field`` (as is), ``boxed`` (last \\boxed{}),
+    ``after_hashes`` (after the last ``####``) or ``list_first`` (first item of a list like ``['2']``)."""
+    on_bad_row: str = "error"
+    """A malformed row: ``error`` (stop, naming file, line and field) or ``skip`` (count and report)."""
     grader: str = "math_verify"
     """How answers are compared: ``exact``, ``numeric`` or ``math_verify``."""
     answer_pattern: str = "Answer:"
@@ -244,7 +251,9 @@ class TrainerConfig:
     eval_problems: int = 1000
     """Held-out problems for greedy accuracy."""
     eval_samples_problems: int = 256
-    """Held-out problems for sampled pass@1."""
+    """Held-out problems for sampled pass@1 (``eval_samples`` responses each, at the rollout temperature)."""
+    eval_samples: int = 4
+    """Sampled responses per problem for held-out pass@1."""
     position_bins: list[int] = field(default_factory=lambda: [0, 4, 8, 16, 32, 64])
     """Left edges of the absolute-position bins for position-resolved metrics (last bin is open)."""
 

@@ -1,0 +1,5 @@
+"""``python -m tsctl`` runs the command line."""
+
+from tsctl.cli import app
+
+app(prog_name="tsctl")

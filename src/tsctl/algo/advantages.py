@@ -1,0 +1,113 @@
+"""Outcome advantages: group-normalised rewards (GRPO / Dr. GRPO) and DAPO's overlong soft penalty.
+
+Every sample of a prompt group gets one scalar advantage, broadcast over its tokens by the loss.
+Thinking Seeds may compute the group statistics over the plain samples only
+(``seeds.adv_group=plain``): ``stats_mask`` selects the samples that enter the mean and std, while
+every sample, seeded or not, is still centred and scaled by them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+GroupIndex = Union[Tensor, Sequence[int]]
+
+
+def group_advantages(
+    rewards: Tensor,
+    group_index: Optional[GroupIndex] = None,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    stats_mask: Optional[Tensor] = None,
+) -> Tensor:
+    """Centre (and optionally scale) each reward by the statistics of its prompt group.
+
+    ``A_i = (r_i - mean_g) / (std_g + eps)`` with ``norm_by_std`` (GRPO), ``A_i = r_i - mean_g``
+    without (Dr. GRPO). ``mean_g`` and ``std_g`` are taken over the samples of group ``g`` selected
+    by ``stats_mask``; ``std_g`` is the unbiased (Bessel-corrected) standard deviation, as in
+    ``torch.std``, and is 0 for a group with one statistics sample.
+
+    A group whose statistics samples all share one reward has ``std_g = 0``: its advantages are
+    centred but not scaled, so every sample with that reward gets exactly 0 (never NaN, never
+    ``x / eps``). Exactness holds for any float reward because the statistics are computed on
+    rewards shifted by the group's minimum, which makes equal rewards cancel without rounding.
+
+    Args:
+        rewards: ``[B]`` with ``group_index``, or ``[G, n]`` (one row per group) without it.
+        group_index: ``[B]`` integer group id of each sample (any ids, not necessarily contiguous).
+        norm_by_std: divide by the group std (GRPO); False keeps only the centring (Dr. GRPO).
+        eps: added to a non-zero std before dividing.
+        stats_mask: bool, same shape as ``rewards``; True for samples that enter the group mean and
+            std. None means all samples. Every group needs at least one such sample.
+
+    Returns:
+        Advantages with the shape of ``rewards`` (float; ``rewards``' dtype when it is floating).
+    """
+    if group_index is None:
+        if rewards.dim() != 2:
+            raise ValueError(f"rewards without group_index must be [G, n]; got shape {tuple(rewards.shape)}")
+        num_groups, n = rewards.shape
+        ids = torch.arange(num_groups, device=rewards.device).repeat_interleave(n)
+    else:
+        if rewards.dim() != 1:
+            raise ValueError(f"rewards with group_index must be [B]; got shape {tuple(rewards.shape)}")
+        ids = torch.as_tensor(group_index, device=rewards.device)
+        if ids.shape != rewards.shape:
+            raise ValueError(f"group_index shape {tuple(ids.shape)} != rewards shape {tuple(rewards.shape)}")
+        ids = torch.unique(ids, return_inverse=True)[1]
+
+    r = rewards.reshape(-1).to(torch.float64)
+    stats = torch.ones_like(r, dtype=torch.bool) if stats_mask is None else stats_mask.reshape(-1).bool()
+    if stats.shape != r.shape:
+        raise ValueError(f"stats_mask shape {tuple(stats_mask.shape)} != rewards shape {tuple(rewards.shape)}")
+
+    num = int(ids.max()) + 1 if ids.numel() else 0
+    s_ids, s_r = ids[stats], r[stats]
+    count = torch.bincount(s_ids, minlength=num).to(torch.float64)
+    if bool((count == 0).any()):
+        empty = torch.nonzero(count == 0).flatten().tolist()
+        raise ValueError(f"groups {empty} (in order of their ids) have no sample selected by stats_mask")
+
+    ref = torch.full((num,), float("inf"), dtype=torch.float64, device=r.device)
+    ref = ref.scatter_reduce(0, s_ids, s_r, reduce="amin")
+    shifted = r - ref[ids]
+    mean = torch.zeros_like(ref).index_add(0, s_ids, shifted[stats]) / count
+    centred = shifted - mean[ids]
+
+    if norm_by_std:
+        sq = torch.zeros_like(ref).index_add(0, s_ids, centred[stats] ** 2)
+        std = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq)).sqrt()
+        scale = torch.where(std > 0, std + eps, torch.ones_like(std))
+        centred = centred / scale[ids]
+
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    return centred.to(out_dtype).reshape(rewards.shape)
+
+
+def overlong_penalty(lengths: Tensor, max_len: int, buffer: int, penalty: float) -> Tensor:
+    """DAPO's soft overlong punishment, added to the reward.
+
+    0 for ``length <= max_len - buffer``, then linear down to ``-penalty`` at ``length = max_len``
+    (and ``-penalty`` beyond). With ``buffer = 0`` only lengths above ``max_len`` are punished.
+
+    Args:
+        lengths: ``[B]`` response lengths in tokens.
+        max_len: the longest allowed response (``engine.max_new_tokens``).
+        buffer: width of the linear ramp in tokens (``algo.overlong_buffer``), ``0 <= buffer <= max_len``.
+        penalty: the largest penalty (``algo.overlong_penalty``), >= 0.
+
+    Returns:
+        ``[B]`` float penalties, each in ``[-penalty, 0]``.
+    """
+    if not 0 <= buffer <= max_len:
+        raise ValueError(f"overlong buffer must be in [0, max_len={max_len}]; got {buffer}")
+    lengths = lengths.to(torch.get_default_dtype())
+    if buffer == 0:
+        frac = (lengths > max_len).to(lengths.dtype)
+    else:
+        frac = ((lengths - (max_len - buffer)) / buffer).clamp(0.0, 1.0)
+    return -penalty * frac

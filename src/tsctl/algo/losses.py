@@ -1,0 +1,304 @@
+"""Policy losses (a string-keyed registry of pure tensor functions) and per-token log-prob helpers.
+
+Every registered loss has the signature of :data:`PolicyLossFn` and returns ``(loss, metrics)``.
+
+Importance ratio. ``old_logprobs`` holds, per token, the stored log-prob of the policy the ratio is
+taken against: ``pi_b`` for a seed-prefix token, ``pi_old`` for a suffix or plain token. The loss
+does not care which; it computes ``r_t = exp(logprobs - old_logprobs)`` (log-ratio clamped to
+[-20, 20] against overflow, as verl does).
+
+Normalisers. A mini-batch may be split into micro-batches whose losses are summed by gradient
+accumulation. Each loss therefore divides by a normaliser of the whole *mini-batch*, passed in:
+``token_norm`` (its number of loss tokens) and ``seq_norm`` (its number of sequences with at least
+one loss token); :func:`loss_norms` computes both from the mini-batch's mask. With them, the sum of
+the micro-batch losses equals the unsplit loss exactly, and so does the gradient.
+
+Metrics. ``metrics`` maps a name to a detached float ``[B, T]`` tensor of per-token values, to be
+reduced over the loss mask by the caller (sum and count, or by position and source with
+:mod:`tsctl.algo.position_metrics`). Per-token values aggregate across micro-batches and steps
+without bias, unlike per-micro-batch means. Names:
+
+- ``pg_loss``: the clipped per-token loss before aggregation.
+- ``ratio``: ``r_t``.
+- ``clip_low``: 1 where the lower clip is active: ``A < 0`` and ``r_t < 1 - clip_low``.
+- ``clip_high``: 1 where the upper clip is active: ``A > 0`` and ``r_t > 1 + clip_high``.
+- ``clip_dual``: 1 where the dual clip is active: ``A < 0`` and ``r_t > clip_c`` (0 when off).
+- ``clipped``: ``clip_low + clip_high + clip_dual`` (disjoint): the token's gradient is zero.
+- ``ratio_outside``: 1 where ``r_t`` is outside ``[1 - clip_low, 1 + clip_high]``, whatever ``A``.
+- ``kl_k3``: ``r_t - 1 - log r_t``, the k3 estimate of ``KL(pi_ref || pi_theta)`` where ``pi_ref``
+  is the policy of ``old_logprobs`` (the tokens were sampled from it); >= 0.
+
+The masked token-mean of ``clip_low + clip_high`` is verl's ``pg_clipfrac`` (tokens where the clipped
+term wins: ``-A * clip(r) > -A * r``); that of ``clip_dual`` is verl's ``pg_clipfrac_lower``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Union
+
+import torch
+from torch import Tensor
+
+Norm = Union[float, Tensor]
+PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+"""``fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, clip_c, token_norm, seq_norm)``."""
+
+POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+"""Registered policy losses by name (the values of ``algo.loss``)."""
+
+LOG_RATIO_CLAMP = 20.0
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator: register a policy loss under ``name`` (names are unique)."""
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The registered policy loss called ``name``; a ValueError lists the valid names otherwise."""
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy loss {name!r}; valid: {sorted(POLICY_LOSSES)}") from None
+
+
+def loss_norms(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Normalisers of a whole mini-batch: ``(token_norm, seq_norm)``.
+
+    Args:
+        mask: ``[B, T]`` loss mask of the *whole* mini-batch (before any micro-batch split).
+
+    Returns:
+        ``token_norm``: 0-d float, number of loss tokens; ``seq_norm``: 0-d float, number of
+        sequences with at least one loss token. Each is at least 1, so an empty mini-batch gives
+        a zero loss instead of NaN.
+    """
+    m = mask.bool()
+    token_norm = m.sum().clamp(min=1).to(torch.float32)
+    seq_norm = m.any(dim=-1).sum().clamp(min=1).to(torch.float32)
+    return token_norm, seq_norm
+
+
+def clipped_objective(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_c: Optional[float] = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Per-token PPO loss with clip-higher and optional dual clip (verl's vanilla policy loss).
+
+    ``l_t = max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high))``; with ``clip_c`` and ``A < 0``,
+    ``l_t = min(l_t, -A clip_c)``.
+
+    Args:
+        logprobs: ``[B, T]`` log-probs of the sampled tokens under ``pi_theta`` (with grad).
+        old_logprobs: ``[B, T]`` stored log-probs of the policy the ratio is taken against.
+        advantages: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages.
+        clip_low: lower clip range (> 0).
+        clip_high: upper clip range (> 0).
+        clip_c: dual-clip constant (> 1), or None to disable the dual clip.
+
+    Returns:
+        ``[B, T]`` per-token loss, and the per-token metrics described in the module docstring.
+    """
+    if clip_c is not None and clip_c <= 1.0:
+        raise ValueError(f"clip_c must be > 1 (or None); got {clip_c}")
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = log_ratio.exp()
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    if clip_c is not None:
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * clip_c), loss)
+
+    with torch.no_grad():
+        r, a = ratio.detach(), adv.detach().expand_as(ratio)
+        low = (a < 0) & (r < 1.0 - clip_low)
+        high = (a > 0) & (r > 1.0 + clip_high)
+        dual = (a < 0) & (r > clip_c) if clip_c is not None else torch.zeros_like(low)
+        metrics = {
+            "pg_loss": loss.detach().float(),
+            "ratio": r.float(),
+            "clip_low": low.float(),
+            "clip_high": high.float(),
+            "clip_dual": dual.float(),
+            "clipped": (low | high | dual).float(),
+            "ratio_outside": ((r < 1.0 - clip_low) | (r > 1.0 + clip_high)).float(),
+            "kl_k3": (r - 1.0 - log_ratio.detach()).float(),
+        }
+    return loss, metrics
+
+
+def aggregate_token_mean(values: Tensor, mask: Tensor, token_norm: Norm) -> Tensor:
+    """DAPO aggregation: ``sum(values * mask) / token_norm``.
+
+    Args:
+        values: ``[B, T]`` per-token values (finite at masked-out positions).
+        mask: ``[B, T]`` loss mask.
+        token_norm: loss tokens of the whole mini-batch.
+
+    Returns:
+        0-d tensor.
+    """
+    return (values * mask.to(values.dtype)).sum() / token_norm
+
+
+def aggregate_sequence_mean(values: Tensor, mask: Tensor, seq_norm: Norm) -> Tensor:
+    """GRPO aggregation: per-sequence token-mean, summed over sequences, divided by ``seq_norm``.
+
+    A sequence without loss tokens contributes 0 (and is not counted in ``seq_norm`` by
+    :func:`loss_norms`).
+
+    Args:
+        values: ``[B, T]`` per-token values (finite at masked-out positions).
+        mask: ``[B, T]`` loss mask.
+        seq_norm: sequences with at least one loss token in the whole mini-batch.
+
+    Returns:
+        0-d tensor.
+    """
+    m = mask.to(values.dtype)
+    per_seq = (values * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)
+    return per_seq.sum() / seq_norm
+
+
+@register_policy_loss("dapo")
+def dapo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_c: Optional[float] = None,
+    token_norm: Norm,
+    seq_norm: Norm,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """DAPO: clipped token objective averaged over every loss token of the mini-batch.
+
+    ``L = sum_{i,t} mask_it * l_it / token_norm`` (``seq_norm`` is accepted and unused).
+
+    Args:
+        logprobs: ``[B, T]`` ``pi_theta`` log-probs (with grad).
+        old_logprobs: ``[B, T]`` stored log-probs the ratio is taken against.
+        advantages: ``[B]`` (or ``[B, T]``).
+        mask: ``[B, T]`` response tokens that enter the loss.
+        clip_low, clip_high, clip_c: see :func:`clipped_objective`.
+        token_norm: loss tokens of the whole mini-batch (:func:`loss_norms`).
+        seq_norm: sequences of the whole mini-batch (:func:`loss_norms`).
+
+    Returns:
+        0-d loss and per-token ``[B, T]`` metrics.
+    """
+    per_token, metrics = clipped_objective(
+        logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c
+    )
+    return aggregate_token_mean(per_token, mask, token_norm), metrics
+
+
+@register_policy_loss("grpo")
+def grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_c: Optional[float] = None,
+    token_norm: Norm,
+    seq_norm: Norm,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GRPO: clipped token objective, mean over each sequence's tokens, then mean over sequences.
+
+    ``L = sum_i (sum_t mask_it * l_it / sum_t mask_it) / seq_norm`` (``token_norm`` is accepted
+    and unused).
+
+    Args: as :func:`dapo_loss`.
+
+    Returns:
+        0-d loss and per-token ``[B, T]`` metrics.
+    """
+    per_token, metrics = clipped_objective(
+        logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c
+    )
+    return aggregate_sequence_mean(per_token, mask, seq_norm), metrics
+
+
+def kl_penalty_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token k3 estimate of ``KL(pi || pi_ref)`` for tokens sampled from ``pi``.
+
+    ``k3 = exp(d) - d - 1`` with ``d = ref_logprobs - logprobs`` clamped to [-20, 20]; the result is
+    clamped to at most 10 (verl's ``low_var_kl``), so one wild token cannot dominate the penalty.
+
+    Args:
+        logprobs: ``[B, T]`` log-probs under ``pi`` (the policy being trained, with grad).
+        ref_logprobs: ``[B, T]`` log-probs under the reference policy.
+
+    Returns:
+        ``[B, T]`` non-negative per-token penalties.
+    """
+    d = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (d.exp() - d - 1.0).clamp(max=10.0)
+
+
+def _rows_per_chunk(logits: Tensor, chunk_tokens: int) -> int:
+    """Batch rows per chunk so that a chunk holds about ``chunk_tokens`` positions (at least one row)."""
+    return max(1, chunk_tokens // max(1, logits.shape[1]))
+
+
+def entropy_from_logits(logits: Tensor, chunk_tokens: int = 1024) -> Tensor:
+    """Entropy of the softmax distribution at every position: ``logsumexp(z) - sum softmax(z) * z``.
+
+    Computed in float32 over chunks of batch rows, so without grad the temporary memory is about
+    ``chunk_tokens * V`` floats rather than several ``[B, T, V]`` tensors. Logits must be finite.
+
+    Args:
+        logits: ``[B, T, V]``.
+        chunk_tokens: positions per chunk (rounded to whole rows of ``T``).
+
+    Returns:
+        ``[B, T]`` float32 entropies in nats.
+    """
+    step = _rows_per_chunk(logits, chunk_tokens)
+    out = []
+    for start in range(0, logits.shape[0], step):
+        z = logits[start : start + step].float()
+        p = torch.softmax(z, dim=-1)
+        out.append(torch.logsumexp(z, dim=-1) - (p * z).sum(dim=-1))
+    return torch.cat(out, dim=0) if out else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
+
+
+def token_logprobs(logits: Tensor, target_ids: Tensor, chunk_tokens: int = 1024) -> Tensor:
+    """Log-probability of each target token: ``z[target] - logsumexp(z)``.
+
+    Equal to ``log_softmax(z).gather(target)`` without materialising the ``[B, T, V]`` log-softmax;
+    computed in float32 over chunks of batch rows.
+
+    Args:
+        logits: ``[B, T, V]``, aligned with ``target_ids`` (position t predicts ``target_ids[:, t]``).
+        target_ids: ``[B, T]`` int64 token ids.
+        chunk_tokens: positions per chunk (rounded to whole rows of ``T``).
+
+    Returns:
+        ``[B, T]`` float32 log-probs.
+    """
+    step = _rows_per_chunk(logits, chunk_tokens)
+    out = []
+    for start in range(0, logits.shape[0], step):
+        z = logits[start : start + step].float()
+        ids = target_ids[start : start + step].unsqueeze(-1)
+        out.append(z.gather(-1, ids).squeeze(-1) - torch.logsumexp(z, dim=-1))
+    return torch.cat(out, dim=0) if out else logits.new_zeros(logits.shape[:2], dtype=torch.float32)

@@ -1,0 +1,63 @@
+"""Compose a command's config from ``conf/`` plus command-line overrides, then validate it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+from tsctl.config.store import conf_dir, register_schema
+from tsctl.config.validate import validate
+
+
+@dataclass
+class Composed:
+    """A composed config: the raw node (for printing and saving) and the validated object."""
+
+    node: DictConfig
+    cfg: TsctlConfig
+
+
+def _explain(err: Exception) -> ConfigError:
+    """Turn a Hydra/OmegaConf exception into one ConfigError naming the key and what is allowed."""
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    missing_option = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    if missing_option:
+        group, option = missing_option.groups()
+        options = sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+        return ConfigError(group, f"unknown option {option!r}; choose one of {', '.join(options)}")
+    key = getattr(err, "full_key", None) or "overrides"
+    if re.search(r"Key '[^']+' not in", first):
+        return ConfigError(str(key), f"unknown key ({first}); see the valid keys with --cfg job")
+    return ConfigError(str(key), first)
+
+
+def compose_config(overrides: list[str] | None = None) -> Composed:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) and validate the result.
+
+    Raises:
+        ConfigError: unknown key, wrong type, unknown option or value out of range.
+    """
+    register_schema()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="tsctl"):
+            node = compose(config_name="config", overrides=list(overrides or []))
+        obj = OmegaConf.to_object(node)
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
+        cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
+        raise _explain(cause) from None
+    finally:
+        GlobalHydra.instance().clear()
+    assert isinstance(obj, TsctlConfig)
+    return Composed(node=node, cfg=validate(obj))

@@ -1,0 +1,151 @@
+"""Range and name checks that types alone cannot express.
+
+OmegaConf already rejects unknown keys and wrong types while composing; this module checks what
+is left (ranges, names that must exist in a registry, knobs that must agree) and raises
+:class:`ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+
+TASKS = ("countdown", "arithmetic", "file")
+ENGINES = ("hf", "vllm")
+DTYPES = ("auto", "float32", "bfloat16")
+DEVICES = ("auto", "cpu", "cuda")
+OVERLONG = ("none", "mask", "penalty")
+ADV_GROUPS = ("all", "plain")
+SCHEDULES = ("constant", "cosine")
+LOGGERS = ("console", "wandb")
+WANDB_MODES = ("offline", "online", "disabled")
+BAD_ROW = ("error", "skip")
+
+
+def _one_of(key: str, value: str, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ConfigError(key, f"unknown value {value!r}; choose one of {', '.join(allowed)}")
+
+
+def _in_range(key: str, value: float, lo: float, hi: float, what: str = "") -> None:
+    if not lo <= value <= hi:
+        raise ConfigError(key, f"{value} is out of range; allowed: {lo} <= {key} <= {hi}{what}")
+
+
+def _positive(key: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(key, f"{value} must be > 0")
+
+
+def _non_negative(key: str, value: float) -> None:
+    if value < 0:
+        raise ConfigError(key, f"{value} must be >= 0")
+
+
+def validate(cfg: TsctlConfig) -> TsctlConfig:
+    """Check every knob of ``cfg``; return it unchanged or raise :class:`ConfigError`."""
+    from tsctl.algo.losses import POLICY_LOSSES
+    from tsctl.tasks.benchmarks import available_benchmarks
+    from tsctl.tasks.grading import GRADERS
+    from tsctl.tasks.records import ANSWER_RULES
+    from tsctl.seeds.truncation import SCHEDULES as SEED_SCHEDULES
+    from tsctl.seeds.truncation import STRATEGIES
+
+    _in_range("ratio", cfg.ratio, 0, 100, " (percent of each group's samples that are seeded)")
+    _one_of("truncation", cfg.truncation, STRATEGIES)
+    _non_negative("refresh", cfg.refresh)
+
+    m = cfg.model
+    _one_of("model.dtype", m.dtype, DTYPES)
+    _one_of("model.device", m.device, DEVICES)
+    if m.tiny.hidden_size % m.tiny.num_heads:
+        raise ConfigError("model.tiny.num_heads", f"{m.tiny.num_heads} must divide model.tiny.hidden_size={m.tiny.hidden_size}")
+    for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+        _positive(f"model.tiny.{key}", getattr(m.tiny, key))
+    _positive("model.warmup.examples", m.warmup.examples)
+    _positive("model.warmup.batch_size", m.warmup.batch_size)
+    _positive("model.warmup.lr", m.warmup.lr)
+
+    t = cfg.task
+    _one_of("task.name", t.name, TASKS)
+    _positive("task.heldout_size", t.heldout_size)
+    _positive("task.train_size", t.train_size)
+    c = t.countdown
+    if not 2 <= c.min_numbers <= c.max_numbers <= 5:
+        raise ConfigError("task.countdown.min_numbers", "need 2 <= min_numbers <= max_numbers <= 5 (4 is fast; 5 takes minutes to generate)")
+    a = t.arithmetic
+    if not 2 <= a.min_terms <= a.max_terms:
+        raise ConfigError("task.arithmetic.min_terms", "need 2 <= min_terms <= max_terms")
+    _in_range("task.arithmetic.max_digits", a.max_digits, 1, 6)
+    _one_of("task.file.grader", t.file.grader, GRADERS)
+    _one_of("task.file.answer_rule", t.file.answer_rule, ANSWER_RULES)
+    _one_of("task.file.on_bad_row", t.file.on_bad_row, BAD_ROW)
+    _in_range("task.file.heldout_fraction", t.file.heldout_fraction, 0.0, 0.9)
+    if t.name == "file" and not t.file.train_path:
+        raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file: task.file.train_path=data/train.jsonl")
+
+    e = cfg.engine
+    _one_of("engine.name", e.name, ENGINES)
+    _non_negative("engine.temperature", e.temperature)
+    if not 0 < e.top_p <= 1:
+        raise ConfigError("engine.top_p", f"{e.top_p} is out of range; allowed: 0 < engine.top_p <= 1")
+    _positive("engine.max_new_tokens", e.max_new_tokens)
+    _positive("engine.batch_size", e.batch_size)
+    _in_range("engine.gpu_memory_utilization", e.gpu_memory_utilization, 0.05, 0.95)
+
+    al = cfg.algo
+    _one_of("algo.loss", al.loss, POLICY_LOSSES)
+    _in_range("algo.clip_low", al.clip_low, 0.0, 1.0)
+    _non_negative("algo.clip_high", al.clip_high)
+    if al.clip_c is not None and al.clip_c <= 1:
+        raise ConfigError("algo.clip_c", f"{al.clip_c} must be > 1 (or null to disable dual clip)")
+    _positive("algo.adv_eps", al.adv_eps)
+    _non_negative("algo.kl_coef", al.kl_coef)
+    _non_negative("algo.entropy_coef", al.entropy_coef)
+    _non_negative("algo.max_resample_rounds", al.max_resample_rounds)
+    _one_of("algo.overlong", al.overlong, OVERLONG)
+    if al.overlong == "penalty" and not 0 < al.overlong_buffer < e.max_new_tokens:
+        raise ConfigError("algo.overlong_buffer", f"{al.overlong_buffer} must be in (0, engine.max_new_tokens={e.max_new_tokens})")
+
+    s = cfg.seeds
+    for key in ("fraction", "lo", "hi", "entropy_window", "schedule_start", "schedule_end"):
+        _in_range(f"seeds.{key}", getattr(s, key), 0.0, 1.0)
+    if s.lo > s.hi:
+        raise ConfigError("seeds.lo", f"seeds.lo={s.lo} must be <= seeds.hi={s.hi}")
+    _one_of("seeds.schedule", s.schedule, SEED_SCHEDULES)
+    _one_of("seeds.adv_group", s.adv_group, ADV_GROUPS)
+    if s.adv_group == "plain" and round(cfg.trainer.n * cfg.ratio / 100) >= cfg.trainer.n:
+        raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
+
+    tr = cfg.trainer
+    for key in ("steps", "batch_size", "n", "mini_batches", "epochs", "lr"):
+        _positive(f"trainer.{key}", getattr(tr, key))
+    for key in ("micro_batch_size", "weight_decay", "warmup_steps", "max_grad_norm", "save_every", "keep_checkpoints", "eval_every"):
+        _non_negative(f"trainer.{key}", getattr(tr, key))
+    _one_of("trainer.schedule", tr.schedule, SCHEDULES)
+    samples = tr.batch_size * tr.n
+    if samples % tr.mini_batches:
+        raise ConfigError("trainer.mini_batches", f"{tr.mini_batches} must divide trainer.batch_size * trainer.n = {samples}")
+    if tr.n < 2:
+        raise ConfigError("trainer.n", f"{tr.n}: group-normalised advantages need at least 2 samples per prompt")
+    if list(tr.position_bins) != sorted(set(tr.position_bins)) or not tr.position_bins or tr.position_bins[0] != 0:
+        raise ConfigError("trainer.position_bins", f"{list(tr.position_bins)} must be increasing left edges starting at 0")
+
+    ev = cfg.eval
+    _positive("eval.k", ev.k)
+    if any(k < 1 or k > ev.k for k in ev.pass_k):
+        raise ConfigError("eval.pass_k", f"{list(ev.pass_k)}: every k must be in 1..eval.k={ev.k}")
+    if ev.limit is not None:
+        _positive("eval.limit", ev.limit)
+    _one_of("eval.on_bad_row", ev.on_bad_row, BAD_ROW)
+    for name in ev.benchmarks:
+        if name != "heldout" and name not in available_benchmarks() and not Path(name).is_file():
+            raise ConfigError("eval.benchmarks", f"unknown benchmark {name!r}; choose heldout, {', '.join(available_benchmarks())} or a YAML path")
+
+    _one_of("logger.name", cfg.logger.name, LOGGERS)
+    _one_of("logger.wandb_mode", cfg.logger.wandb_mode, WANDB_MODES)
+    return cfg

@@ -1,0 +1,316 @@
+"""The ``hf`` rollout engine: batched sampling from a Hugging Face causal LM.
+
+A lean decode loop in place of ``model.generate``. Per chunk of requests:
+
+- the sequences (prompt + prefix) are left-padded into one batch; identical sequences (the ``n``
+  samples of a prompt) are prefilled once and their keys and values copied to every sample;
+- keys and values go to a cache preallocated for the whole decode (no per-step concatenation);
+- the additive attention mask is built once and sliced per step, positions count real tokens only;
+- each step calls the model's own forward for the last position only, then samples (temperature,
+  top-p) with a seeded generator;
+- once at most half of the rows are still running, finished rows are dropped from the batch.
+
+Requests are sorted by length to limit padding and chunked to ``batch_size``; results come back in
+request order.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from tsctl.engines.base import Completion, Request, SamplingParams
+
+_CHECK_EVERY = 4
+"""Decode steps between looks at how many rows are still running (one host sync each)."""
+
+
+class _PreallocatedLayer(CacheLayerMixin):
+    """Keys and values of one attention layer in buffers of shape [B, H, capacity, D], filled left to right.
+
+    ``update`` writes the new states after the ones already stored and returns views of the filled part,
+    so attention never looks at the unused tail and nothing is reallocated while decoding.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Allocate the buffers from the first states' batch, heads, head size, dtype and device."""
+        self.keys = self._empty_like(key_states, key_states.shape[0])
+        self.values = self._empty_like(value_states, value_states.shape[0])
+        self.is_initialized = True
+
+    def _empty_like(self, states: torch.Tensor, batch: int) -> torch.Tensor:
+        """Uninitialised buffer [batch, H, capacity, D] (only the filled part is ever read)."""
+        return states.new_empty(batch, states.shape[1], self.capacity, states.shape[-1])
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append states of shape [B, H, Q, D]; return all stored keys and values, [B, H, length, D]."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, self.length = self.length, self.length + key_states.shape[-2]
+        self.keys[:, :, start : self.length] = key_states
+        self.values[:, :, start : self.length] = value_states
+        return self.keys[:, :, : self.length], self.values[:, :, : self.length]
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep the rows ``beam_idx`` [B'] (repeats allowed), copying only the filled positions."""
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = self._empty_like(old, len(beam_idx))
+            new[:, :, : self.length] = old[beam_idx, :, : self.length]
+            setattr(self, name, new)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.capacity
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set to -inf the logits outside the nucleus: the smallest top set of tokens with mass >= top_p.
+
+    Args:
+        logits: [B, V] float logits (already divided by the temperature).
+        top_p: nucleus mass in (0, 1); the most likely token is always kept.
+
+    Returns:
+        [B, V] logits, -inf outside the nucleus.
+    """
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    sorted_probs = sorted_logits.softmax(dim=-1)
+    outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+    return logits.masked_fill(outside.scatter(-1, order, outside), float("-inf"))
+
+
+def sample(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row and its log-probability under the distribution sampled from.
+
+    That distribution is softmax(logits / temperature) restricted to the top-p nucleus and
+    renormalised. At temperature 0 the token is the argmax and its log-probability is the model's own
+    (temperature 1, no nucleus).
+
+    Args:
+        logits: [B, V] next-token logits, any float dtype.
+        params: temperature and top_p.
+        generator: source of randomness, on the logits' device.
+
+    Returns:
+        tokens [B] (long) and their log-probabilities [B] (float32).
+    """
+    logits = logits.float()
+    if params.temperature == 0:
+        tokens = logits.argmax(dim=-1)
+    else:
+        logits = logits / params.temperature
+        if params.top_p < 1:
+            logits = top_p_filter(logits, params.top_p)
+    logprobs = logits.log_softmax(dim=-1)
+    if params.temperature != 0:
+        tokens = inverse_cdf_sample(logprobs.exp(), generator)
+    return tokens, logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Draw one index per row of probs [B, V] (zeros allowed) with one uniform number per row.
+
+    Cheaper than ``torch.multinomial``, which draws V random numbers per row. Returns [B] (long).
+    """
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    # u < cdf[:, -1] always, so the clamp only guards against a rand() that returns 1.0.
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token sequences into a batch.
+
+    Returns:
+        input ids [N, L] (long) and a mask [N, L] (bool) that is True on real tokens.
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    real = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for row, seq in enumerate(seqs):
+        if seq:
+            ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            real[row, width - len(seq) :] = True
+    return ids.to(device), real.to(device)
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Turn a bool mask (True = may attend) into the additive float mask attention adds to its scores."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, torch.finfo(dtype).min
+    )
+
+
+def prefill_mask(real: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Causal mask over a left-padded batch, [N, 1, L, L]: a query sees earlier real tokens and itself.
+
+    Letting a pad query see itself keeps its softmax finite; no real token ever sees a pad.
+    """
+    width = real.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=real.device).tril()
+    allowed = causal & real[:, None, None, :]
+    allowed |= torch.eye(width, dtype=torch.bool, device=real.device)
+    return additive_mask(allowed, dtype)
+
+
+class HFEngine:
+    """Samples continuations with a transformers causal LM in its own dtype and device.
+
+    Args:
+        model: a causal LM whose forward accepts a 4D additive attention mask, position ids and a
+            ``Cache`` (any model with ``eager`` or ``sdpa`` attention).
+        eos_id: token that ends a sample.
+        pad_id: token used to left-pad prompts (never attended to).
+        batch_size: most sequences decoded together.
+    """
+
+    def __init__(self, model: PreTrainedModel, eos_id: int, pad_id: int, batch_size: int = 256) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        attention = getattr(model.config, "_attn_implementation", "eager")
+        if attention not in ("eager", "sdpa"):
+            raise ValueError(
+                f"HFEngine passes a 4D additive attention mask, which needs eager or sdpa attention; the model uses "
+                f"{attention!r} (load it with attn_implementation='sdpa')"
+            )
+        self.model = model
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.batch_size = batch_size
+        forward_args = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
+        """Sample one completion per request, in request order (see :class:`~tsctl.engines.base.Engine`)."""
+        if params.temperature < 0 or not 0 < params.top_p <= 1 or params.max_new_tokens < 1:
+            raise ValueError(f"invalid sampling params {params}")
+        seqs = [tuple(r.prompt_ids) + tuple(r.prefix_ids) for r in requests]
+        if any(not s for s in seqs):
+            raise ValueError("every request needs at least one prompt or prefix token")
+        order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i]), seqs[i]))
+        generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        results: list[Completion | None] = [None] * len(seqs)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), self.batch_size):
+                    chunk = order[start : start + self.batch_size]
+                    for i, completion in zip(chunk, self._generate_chunk([seqs[i] for i in chunk], params, generator)):
+                        results[i] = completion
+        finally:
+            self.model.train(was_training)
+        return results  # type: ignore[return-value]
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy the trainer's weights into the model (tensors tied to a given one may be left out)."""
+        own = self.model.state_dict()
+        unexpected = sorted(set(state_dict) - set(own))
+        given = {own[k].data_ptr() for k in state_dict if k in own}
+        missing = sorted(k for k, v in own.items() if k not in state_dict and v.data_ptr() not in given)
+        if unexpected or missing:
+            raise KeyError(f"state_dict does not match the model: missing {missing}, unexpected {unexpected}")
+        with torch.no_grad():
+            for name, tensor in state_dict.items():
+                own[name].copy_(tensor)
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Cache
+    ) -> torch.Tensor:
+        """Run the model on ids [N, Q] with mask [N, 1, Q, K] and positions [N, Q]; return last logits [N, V]."""
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+            **{self._cache_arg: cache}, **self._keep_last,
+        )
+        return out.logits[:, -1]
+
+    def _prefill(self, seqs: list[tuple[int, ...]], capacity: int) -> tuple[Cache, torch.Tensor, torch.Tensor]:
+        """Run the sequences [B] through the model once, each distinct sequence only once.
+
+        Returns:
+            the cache holding every row's keys and values (room for ``capacity`` positions), the
+            next-token logits [B, V] and the real-token mask [B, L] of the left-padded batch.
+        """
+        unique: dict[tuple[int, ...], int] = {}
+        rows = [unique.setdefault(s, len(unique)) for s in seqs]
+        ids, real = left_pad(list(unique), self.pad_id, self.device)
+        cache = Cache(layer_class_to_replicate=functools.partial(_PreallocatedLayer, capacity))
+        positions = (real.cumsum(dim=1) - 1).clamp_min(0)
+        logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache)
+        if len(unique) < len(seqs):
+            index = torch.tensor(rows, device=ids.device)
+            cache.reorder_cache(index)
+            logits, real = logits[index], real[index]
+        return cache, logits, real
+
+    def _generate_chunk(
+        self, seqs: list[tuple[int, ...]], params: SamplingParams, generator: torch.Generator
+    ) -> list[Completion]:
+        """Decode one batch of at most ``batch_size`` sequences (prompt + prefix each)."""
+        steps, batch = params.max_new_tokens, len(seqs)
+        width = max(len(s) for s in seqs)
+        cache, logits, real = self._prefill(seqs, capacity=width + steps - 1)
+        device = real.device
+
+        allowed = torch.cat([real, real.new_ones(batch, steps - 1)], dim=1)
+        mask = additive_mask(allowed[:, None, None, :], self.model.dtype)  # [B, 1, 1, width + steps - 1]
+        next_position = real.sum(dim=1, keepdim=True)  # [B, 1]
+        tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+        batch_rows = torch.arange(batch, device=device)  # request row of each batch row
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        for step in range(steps):
+            token, logprob = sample(logits, params, generator)
+            tokens[batch_rows, step] = token
+            logprobs[batch_rows, step] = logprob
+            done |= token == self.eos_id
+            if step == steps - 1:
+                break
+            if (step + 1) % _CHECK_EVERY == 0:
+                running = int((~done).sum())
+                if running == 0:
+                    break
+                if running <= len(done) // 2:
+                    keep = (~done).nonzero().squeeze(1)
+                    cache.reorder_cache(keep)
+                    mask, next_position, batch_rows, done, token = (
+                        mask[keep], next_position[keep], batch_rows[keep], done[keep], token[keep]
+                    )
+            logits = self._forward(token[:, None], mask[..., : width + step + 1], next_position, cache)
+            next_position += 1
+        return self._completions(tokens, logprobs)
+
+    def _completions(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> list[Completion]:
+        """Cut each row of tokens/logprobs [B, T] after its first EOS."""
+        is_eos = tokens == self.eos_id
+        finished = is_eos.any(dim=1)
+        lengths = torch.where(finished, is_eos.int().argmax(dim=1) + 1, tokens.shape[1])
+        return [
+            Completion(token_ids=t[:n], logprobs=lp[:n], finished=f)
+            for t, lp, n, f in zip(tokens.tolist(), logprobs.tolist(), lengths.tolist(), finished.tolist())
+        ]

@@ -1,0 +1,69 @@
+"""The built-in model: built, warmed up on the task and cached under ``<runs_dir>/_models/``.
+
+The cache key covers everything that changes the weights (architecture, warm-up settings, task),
+so ``tsctl train`` after ``tsctl warmup`` reuses the same folder, and a changed task builds anew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from tsctl import atomic
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.factory import build_engine
+from tsctl.models.prompts import PromptFormatter
+from tsctl.models.tiny import build_tiny_model
+from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.models.warmup import encode_examples, supervised_warmup
+from tsctl.progress import console
+from tsctl.scoring import greedy_accuracy
+from tsctl.tasks.registry import build_task
+
+WARMUP_REPORT = "warmup.json"
+
+
+def builtin_dir(cfg: TsctlConfig) -> Path:
+    """Cache folder of the built-in model for ``cfg``'s architecture, warm-up and task."""
+    key = {"tiny": dataclasses.asdict(cfg.model.tiny), "warmup": dataclasses.asdict(cfg.model.warmup), "task": dataclasses.asdict(cfg.task)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    return Path(cfg.runs_dir) / "_models" / f"builtin-{cfg.task.name}-{digest}"
+
+
+def ensure_builtin(cfg: TsctlConfig, rebuild: bool = False) -> Path:
+    """Return the warmed-up built-in model folder, building it first when missing (or ``rebuild``)."""
+    final = builtin_dir(cfg)
+    with atomic.file_lock(final.parent / f".{final.name}.lock"):
+        if (final / WARMUP_REPORT).is_file() and not rebuild:
+            return final
+        console.print(f"building the built-in model for task '{cfg.task.name}' -> {final}")
+        with atomic.staged_dir(final) as tmp:
+            model, tokenizer, report = build_and_warm_up(cfg)
+            report["path"] = str(final)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            atomic.write_json(tmp / WARMUP_REPORT, report)
+    console.print(f"warm-up done in {report['train_seconds']:.0f}s: held-out greedy accuracy {report['heldout_accuracy']:.3f}")
+    return final
+
+
+def build_and_warm_up(cfg: TsctlConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
+    """Build the tiny model, warm it up on the task's train split, score it on held-out problems."""
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(cfg.model.tiny, tokenizer, seed=cfg.model.warmup.seed)
+    formatter = PromptFormatter(tokenizer, use_chat_template=False)
+    task = build_task(cfg.task)
+    max_len = cfg.model.tiny.max_position_embeddings
+    examples = encode_examples(list(task.problems("train")), formatter, max_len)
+    report = supervised_warmup(model, examples, cfg.model.warmup, formatter.pad_id)
+    heldout = list(task.problems("heldout"))[: cfg.model.warmup.eval_problems]
+    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id)
+    report["heldout_accuracy"] = greedy_accuracy(engine, formatter, task, heldout, cfg.engine.max_new_tokens)
+    report["heldout_problems"] = len(heldout)
+    report["parameters"] = sum(p.numel() for p in model.parameters())
+    report["task"] = cfg.task.name
+    return model, tokenizer, report

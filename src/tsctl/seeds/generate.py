@@ -1,0 +1,89 @@
+"""Write seeds: full behaviour-policy responses, their teacher-forced log-probs and entropies, cut points."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.base import Engine, Request, SamplingParams
+from tsctl.models.prompts import PromptFormatter
+from tsctl.seeds.truncation import CutContext, choose_cut, find_answer_start
+from tsctl.tasks.base import Problem, Task
+from tsctl.trainer.batch import pack, response_logprobs
+from tsctl.trainer.samples import Sample
+
+
+def boundary_ids(formatter: PromptFormatter) -> frozenset[int]:
+    """Token ids that end a reasoning step: those whose text contains a newline."""
+    tok = formatter.tokenizer
+    return frozenset(i for i in range(len(tok)) if "\n" in tok.decode([i]))
+
+
+def seed_columns(
+    model: PreTrainedModel,
+    engine: Engine,
+    formatter: PromptFormatter,
+    task: Task,
+    problems: Sequence[Problem],
+    k: int,
+    cfg: TsctlConfig,
+    checkpoint: str,
+    checkpoint_step: int,
+    sample_seed: int,
+    serve_steps: Sequence[int] | None = None,
+) -> dict[str, list]:
+    """Columns of a seed shard: ``k`` behaviour responses per problem, rows in problem order.
+
+    ``serve_steps[i]`` is the training step that will use problem ``i``'s seeds (what the
+    ``schedule`` strategy reads); by default the checkpoint's step.
+
+    The behaviour policy is ``model`` (the engine samples from it); log-probs and entropies come
+    from a teacher-forced forward of the same weights at the sampling temperature.
+    """
+    e = cfg.engine
+    prompts = [formatter.prompt_ids(p.question) for p in problems]
+    requests = [Request(prompt_ids=ids) for ids in prompts for _ in range(k)]
+    params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=sample_seed)
+    completions = engine.generate(requests, params)
+    samples = [Sample(group=i // k, prompt_id=problems[i // k].id, prompt_ids=r.prompt_ids, generated_ids=c.token_ids, generated_logprobs=c.logprobs, finished=c.finished) for i, (r, c) in enumerate(zip(requests, completions))]
+    logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, e.temperature or 1.0)
+    marker = formatter.tokenizer.encode(task.answer_marker, add_special_tokens=False) if task.answer_marker else None
+    bounds = boundary_ids(formatter)
+    rng = np.random.default_rng(sample_seed)
+    cuts = []
+    for s, ent in zip(samples, entropies):
+        ids = s.generated_ids
+        answer = find_answer_start(ids, marker, bounds) if marker else None
+        step = serve_steps[s.group] if serve_steps is not None else checkpoint_step
+        ctx = CutContext(eos_id=formatter.eos_id, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
+        cuts.append(choose_cut(cfg.truncation, ids, ctx, cfg.seeds, rng))
+    return {
+        "prompt_id": [s.prompt_id for s in samples],
+        "prompt_ids": [list(s.prompt_ids) for s in samples],
+        "response_ids": [s.generated_ids for s in samples],
+        "logprobs": logprobs,
+        "entropies": entropies,
+        "checkpoint": [checkpoint] * len(samples),
+        "checkpoint_step": [checkpoint_step] * len(samples),
+        "cut": cuts,
+        "finished": [s.finished for s in samples],
+    }
+
+
+def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, temperature: float, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:
+    """Per-sample log-probs and entropies of the generated tokens under ``model`` (fp32 logits)."""
+    logprobs, entropies = [], []
+    with torch.no_grad():
+        for start in range(0, len(samples), chunk):
+            part = samples[start : start + chunk]
+            batch = pack(part, torch.zeros(len(part)), pad_id)
+            lp, ent = response_logprobs(model, batch, temperature, with_entropy=True)
+            for row, s in enumerate(part):
+                n = len(s.generated_ids)
+                logprobs.append(lp[row, :n].tolist())
+                entropies.append(ent[row, :n].tolist())
+    return logprobs, entropies

@@ -1,0 +1,148 @@
+"""Arithmetic chains: evaluate a sum/difference of a few numbers, one combination per line.
+
+Question and worked solution (two numbers combined per line, then the answer line)::
+
+    Compute 23+45-17.
+
+    45-17=28
+    23+28=51
+    Answer: 51
+
+The reward looks only at the final answer: 1 iff the text after the last ``Answer:`` is an integer
+equal to the gold value (surrounding whitespace ignored).
+
+The stored worked solution combines two randomly chosen parts of the expression per line, so the
+evaluation order varies between problems: the expression is a list of signed terms; combining two
+parts of the same sign adds them (``17+45=62`` inside ``80-17-45``), two of opposite signs subtracts
+the smaller from the larger and keeps the sign of the larger. Every line therefore holds
+non-negative numbers, and the final value (never negative: such questions are rejected) is the
+expression's value.
+
+Generation draws min_terms..max_terms terms, each with a digit count uniform in 1..max_digits and
+a value uniform among those digits (no zero), and a random sign for every term after the first.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import fields
+from typing import Sequence
+
+from tsctl.config.schema import ArithmeticConfig
+from tsctl.tasks.base import Problem, Split
+
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
+_MAX_FAILED_DRAWS = 10_000
+
+
+def format_question(terms: Sequence[int], signs: Sequence[int]) -> str:
+    """``Compute 23+45-17.`` for terms (23, 45, 17) and signs (1, 1, -1); the first sign is +1."""
+    body = "".join(("+" if sign > 0 else "-") + str(term) for term, sign in zip(terms, signs))
+    return f"Compute {body[1:]}."
+
+
+def worked_solution(terms: Sequence[int], signs: Sequence[int], rng: random.Random) -> str:
+    """A random evaluation order of the expression, one combination per line, ending with the answer line.
+
+    ValueError if the expression is negative.
+    """
+    parts = list(zip(signs, terms))
+    lines = []
+    while len(parts) > 1:
+        i = int(len(parts) * rng.random())
+        j = int((len(parts) - 1) * rng.random())
+        i, j = (i, j + 1) if j >= i else (j, i)
+        (sa, a), (sb, b) = parts.pop(j), parts.pop(i)
+        if sa == sb:
+            if rng.random() < 0.5:
+                a, b = b, a
+            parts.insert(i, (sa, a + b))
+            lines.append(f"{a}+{b}={a + b}")
+        else:
+            if a < b:
+                (sa, a), (sb, b) = (sb, b), (sa, a)
+            parts.insert(i, (sa if a > b else 1, a - b))
+            lines.append(f"{a}-{b}={a - b}")
+    [(sign, value)] = parts
+    if sign < 0 and value:
+        raise ValueError(f"negative expression: {format_question(terms, signs)}")
+    lines.append(f"Answer: {value}")
+    return "\n".join(lines)
+
+
+class ArithmeticTask:
+    """Procedurally generated addition/subtraction chains with disjoint train and held-out splits.
+
+    Each split comes from its own random stream of ``data_seed`` (held-out first; train rejects
+    questions already drawn), so a split is deterministic and every prefix of it is stable when
+    its size grows. Questions are distinct across both splits.
+    """
+
+    name = "arithmetic"
+    answer_marker = "Answer:"
+
+    def __init__(self, cfg: ArithmeticConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
+        # A plain copy: reading an OmegaConf node's attributes is slow in the generation loop.
+        cfg = ArithmeticConfig(**{f.name: int(getattr(cfg, f.name)) for f in fields(ArithmeticConfig)})
+        if not 2 <= cfg.min_terms <= cfg.max_terms:
+            raise ValueError("task.arithmetic.min_terms/max_terms: need 2 <= min_terms <= max_terms")
+        if cfg.max_digits < 1:
+            raise ValueError("task.arithmetic.max_digits must be >= 1")
+        self.cfg = cfg
+        self.sizes: dict[str, int] = {"train": train_size, "heldout": heldout_size}
+        self.data_seed = data_seed
+        self._splits: dict[str, list[Problem]] = {}
+
+    def problems(self, split: Split) -> Sequence[Problem]:
+        """All problems of ``split`` (``train`` or ``heldout``), generated on first use."""
+        if split not in self.sizes:
+            raise ValueError(f"unknown split {split!r}; choose train or heldout")
+        if split not in self._splits:
+            taken = {p.question for p in self.problems("heldout")} if split == "train" else set()
+            self._splits[split] = self._generate(split, taken)
+        return self._splits[split]
+
+    def reward(self, problem: Problem, response: str) -> float:
+        """1.0 if the text after the last ``Answer:`` is the gold integer, else 0.0 (never raises)."""
+        at = response.rfind(self.answer_marker)
+        if at < 0:
+            return 0.0
+        text = response[at + len(self.answer_marker) :].strip()
+        return 1.0 if _INTEGER.fullmatch(text) and int(text) == int(problem.answer) else 0.0
+
+    def _generate(self, split: str, taken: set[str]) -> list[Problem]:
+        rng = random.Random(f"arithmetic:{split}:{self.data_seed}")
+        solution_rng = random.Random(f"arithmetic:{split}:{self.data_seed}:solutions")
+        problems: list[Problem] = []
+        questions: set[str] = set()
+        failed = 0
+        while len(problems) < self.sizes[split]:
+            terms, signs = self._draw(rng)
+            value = sum(t * s for t, s in zip(terms, signs))
+            question = format_question(terms, signs)
+            if value < 0 or question in questions or question in taken:
+                failed += 1
+                if failed >= _MAX_FAILED_DRAWS:
+                    raise ValueError(
+                        f"arithmetic: found only {len(questions)} distinct {split} questions (plus "
+                        f"{len(taken)} held out); raise task.arithmetic.max_digits or max_terms, or "
+                        f"lower task.train_size / task.heldout_size"
+                    )
+                continue
+            failed = 0
+            questions.add(question)
+            solution = worked_solution(terms, signs, solution_rng)
+            problems.append(Problem(f"arithmetic-{split}-{len(problems)}", question, str(value), solution))
+        return problems
+
+    def _draw(self, rng: random.Random) -> tuple[list[int], list[int]]:
+        """Random terms (digit count uniform in 1..max_digits, no zero) and signs (the first is +1)."""
+        cfg, rand = self.cfg, rng.random
+        count = cfg.min_terms + int((cfg.max_terms - cfg.min_terms + 1) * rand())
+        terms = []
+        for _ in range(count):
+            low = 10 ** int(cfg.max_digits * rand())
+            terms.append(low + int(9 * low * rand()))
+        signs = [1] + [1 if rand() < 0.5 else -1 for _ in range(count - 1)]
+        return terms, signs

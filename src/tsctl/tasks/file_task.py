@@ -1,0 +1,107 @@
+"""Bring-your-own task: problems from a JSONL or Parquet file, graded by :mod:`tsctl.tasks.grading`.
+
+The train split is ``task.file.train_path``; the held-out split is ``task.file.heldout_path`` or,
+without one, a ``heldout_fraction`` of the train file drawn with the task's data seed. Both keep file
+order. Worked solutions that do not state a final answer get an ``"<answer_pattern> <answer>"`` line.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+
+from tsctl.config.schema import FileTaskConfig
+from tsctl.tasks.base import Problem, Split
+from tsctl.tasks.grading import GRADERS, ensure_answer_line, extract_answer, grade
+from tsctl.tasks.records import DataError, Record, read_records
+
+logger = logging.getLogger(__name__)
+
+
+class FileTask:
+    """A :class:`~tsctl.tasks.base.Task` over problem files (``task.name=file``)."""
+
+    name = "file"
+
+    def __init__(self, cfg: FileTaskConfig, data_seed: int, *, on_bad_row: str = "error") -> None:
+        """Read and split the files now, so a data problem surfaces before any training starts.
+
+        Args:
+            cfg: the ``task.file`` config.
+            data_seed: seed of the held-out split when it is drawn from the train file.
+            on_bad_row: ``error`` (stop at a malformed row) or ``skip`` (drop and count it).
+
+        Raises:
+            DataError: an unset or missing file, a malformed row, or a missing field.
+            ValueError: an unknown grader or a heldout_fraction outside [0, 1).
+        """
+        if cfg.grader not in GRADERS:
+            raise ValueError(f"task.file.grader={cfg.grader!r}: choose one of {', '.join(GRADERS)}")
+        if not 0.0 <= cfg.heldout_fraction < 1.0:
+            raise ValueError(f"task.file.heldout_fraction={cfg.heldout_fraction}: must be in [0, 1)")
+        if not cfg.train_path:
+            raise DataError("task.file.train_path is not set: point it at a .jsonl or .parquet file of problems")
+        self.cfg = cfg
+        self.answer_marker: str | None = cfg.answer_pattern
+        self.skipped = 0
+        """Bad rows dropped while reading (``on_bad_row=skip``)."""
+        train = self._read(cfg.train_path, on_bad_row)
+        if cfg.heldout_path:
+            heldout = self._read(cfg.heldout_path, on_bad_row)
+        else:
+            train, heldout = _split(train, cfg.heldout_fraction, data_seed)
+        self._splits: dict[str, list[Problem]] = {
+            "train": [self._problem("train", record) for record in train],
+            "heldout": [self._problem("heldout", record) for record in heldout],
+        }
+
+    def problems(self, split: Split) -> Sequence[Problem]:
+        """All problems of a split, in file order."""
+        if split not in self._splits:
+            raise ValueError(f"unknown split {split!r}: choose train or heldout")
+        return self._splits[split]
+
+    def reward(self, problem: Problem, response: str) -> float:
+        """1.0 when the response's final answer matches the gold answer under ``task.file.grader``, else 0.0."""
+        try:
+            return grade(extract_answer(response, self.answer_marker), problem.answer, self.cfg.grader)
+        except Exception:  # noqa: BLE001 - a reward never raises on model output
+            return 0.0
+
+    def _read(self, path: str, on_bad_row: str) -> list[Record]:
+        cfg = self.cfg
+        fields = {"question": cfg.question_field, "answer": cfg.answer_field, "solution": cfg.solution_field}
+        records, skipped = read_records(
+            path,
+            fields,
+            on_bad_row,
+            answer_rule=cfg.answer_rule,
+            optional=("solution",),
+            fix=lambda key: f"set task.file.{key}_field=<the field that holds the {key}>",
+        )
+        if skipped:
+            logger.warning("%s: skipped %d malformed rows (on_bad_row=skip)", path, skipped)
+        self.skipped += skipped
+        return records
+
+    def _problem(self, split: str, record: Record) -> Problem:
+        values = record.values
+        answer = values["answer"] or ""
+        return Problem(
+            id=f"file-{split}-{record.line}",
+            question=values["question"] or "",
+            answer=answer,
+            solution=ensure_answer_line(values["solution"], answer, self.answer_marker),
+        )
+
+
+def _split(records: list[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
+    """``(train, heldout)``: a seeded ``fraction`` of the records held out (at least one when > 0), file order kept."""
+    if fraction <= 0.0 or len(records) < 2:
+        return records, []
+    size = min(len(records) - 1, max(1, round(fraction * len(records))))
+    held = set(random.Random(seed).sample(range(len(records)), size))
+    train = [record for index, record in enumerate(records) if index not in held]
+    heldout = [record for index, record in enumerate(records) if index in held]
+    return train, heldout

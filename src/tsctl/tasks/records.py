@@ -1,0 +1,252 @@
+"""Reading problem rows from JSONL or Parquet files, with field mapping and gold-answer rules.
+
+Real datasets name their fields differently (``problem`` or ``question``) and keep the gold answer in
+different shapes, so a reader maps output keys to source fields and picks an :data:`ANSWER_RULES`
+entry for the answer. Every problem with the data is a :class:`DataError` whose message names the
+file, the 1-based line (row, for Parquet) and the field, and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tsctl.tasks.grading import after_last, last_boxed
+
+ANSWER_RULES = ("field", "boxed", "after_hashes", "list_first")
+"""How the gold answer is read from the answer field: as is, the last ``\\boxed{}`` of it (a worked
+solution, as in Minerva-Math), the text after its last ``####`` (GSM8K), or the first element of a
+list or of a list rendered as a string like ``"['2']"`` (OlympiadBench)."""
+
+BAD_ROW_POLICIES = ("error", "skip")
+"""What a malformed row does: stop with a :class:`DataError`, or be skipped and counted."""
+
+FORMATS = ("auto", "jsonl", "parquet")
+"""File formats; ``auto`` decides by suffix (``.jsonl``/``.ndjson`` or ``.parquet``/``.pq``)."""
+
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+_DOLLAR_GROUP = re.compile(r"\$([^$]*)\$")
+
+
+class DataError(ValueError):
+    """A data file that cannot be read as asked: the message names the file, line and field, and the fix."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One mapped row: its 1-based line (JSONL) or row number (Parquet) and its values by output key."""
+
+    line: int
+    values: dict[str, str | None]
+
+
+def read_records(
+    path: str | Path,
+    fields: Mapping[str, str | None],
+    on_bad_row: str = "error",
+    *,
+    answer_rule: str = "field",
+    optional: Collection[str] = (),
+    file_format: str = "auto",
+    fix: Callable[[str], str] | None = None,
+) -> tuple[list[Record], int]:
+    """Read and map every row of a JSONL or Parquet file.
+
+    Args:
+        path: the file.
+        fields: output key -> source field name; None leaves the key out (its value is None).
+            The ``answer`` key, when present, is read with ``answer_rule``.
+        on_bad_row: ``error`` raises on the first bad row; ``skip`` drops bad rows and counts them.
+        answer_rule: one of :data:`ANSWER_RULES`.
+        optional: output keys whose missing source field yields None instead of a bad row.
+        file_format: one of :data:`FORMATS`.
+        fix: for an output key, the advice appended to a missing-field message (e.g.
+            ``"set task.file.question_field=<field>"``).
+
+    Returns:
+        ``(records, skipped)``: the good rows in file order and the number of bad rows skipped.
+
+    Raises:
+        DataError: a missing or unreadable file, an unknown format, or (with ``on_bad_row=error``)
+            a malformed line, a missing field, or an answer the rule cannot find.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data file not found: {path} (resolved to {path.resolve()})")
+    kind = _format_of(path, file_format)
+    rows = _jsonl_rows(path) if kind == "jsonl" else _parquet_rows(path)
+    unit = "line" if kind == "jsonl" else "row"
+    return map_rows(rows, f"{path} {unit}", fields, on_bad_row, answer_rule=answer_rule, optional=optional, fix=fix)
+
+
+def map_rows(
+    rows: Iterable[tuple[int, Any]],
+    where: str,
+    fields: Mapping[str, str | None],
+    on_bad_row: str = "error",
+    *,
+    answer_rule: str = "field",
+    optional: Collection[str] = (),
+    fix: Callable[[str], str] | None = None,
+) -> tuple[list[Record], int]:
+    """Map ``(number, row)`` pairs (a row is a dict, or a :class:`DataError` for an unreadable line).
+
+    ``where`` prefixes each message's line number (``"data.jsonl line"``); the other arguments are
+    those of :func:`read_records`.
+    """
+    if on_bad_row not in BAD_ROW_POLICIES:
+        raise ValueError(f"on_bad_row={on_bad_row!r}: choose one of {', '.join(BAD_ROW_POLICIES)}")
+    if answer_rule not in ANSWER_RULES:
+        raise ValueError(f"answer_rule={answer_rule!r}: choose one of {', '.join(ANSWER_RULES)}")
+    records: list[Record] = []
+    skipped = 0
+    for number, row in rows:
+        try:
+            if isinstance(row, DataError):
+                raise row
+            records.append(Record(number, _map_row(row, fields, answer_rule, optional, fix)))
+        except DataError as error:
+            if on_bad_row == "error":
+                raise DataError(f"{where} {number}: {error} (or set on_bad_row=skip to skip such rows)") from None
+            skipped += 1
+    return records, skipped
+
+
+def gold_answer(value: Any, rule: str) -> str:
+    """The gold answer in a field value by an :data:`ANSWER_RULES` rule.
+
+    Raises:
+        DataError: when the rule finds no answer in the value.
+    """
+    if rule == "list_first":
+        items = _as_list(value)
+        if not items:
+            raise DataError(f"expected a non-empty list (answer_rule=list_first), got {_preview(value)}")
+        return _join_math_groups(as_text(items[0]))
+    text = as_text(value)
+    if rule == "field":
+        answer = text.strip()
+    elif rule == "boxed":
+        answer = last_boxed(text) or ""
+    elif rule == "after_hashes":
+        answer = after_last(text, "####") or ""
+    else:
+        raise ValueError(f"answer_rule={rule!r}: choose one of {', '.join(ANSWER_RULES)}")
+    if not answer:
+        raise DataError(f"no answer found by answer_rule={rule} in {_preview(value)}")
+    return answer
+
+
+def as_text(value: Any) -> str:
+    """A field value as text: strings as is, integral numbers without decimals, a list by its first item."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, (list, tuple)) and value:
+        return as_text(value[0])
+    raise DataError(f"expected text, got {_preview(value)}")
+
+
+def _map_row(
+    row: Any,
+    fields: Mapping[str, str | None],
+    answer_rule: str,
+    optional: Collection[str],
+    fix: Callable[[str], str] | None,
+) -> dict[str, str | None]:
+    if not isinstance(row, dict):
+        raise DataError(f"expected a JSON object, got {_preview(row)}")
+    values: dict[str, str | None] = {}
+    for key, source in fields.items():
+        if source is None:
+            values[key] = None
+            continue
+        value = row.get(source)
+        if value is None:
+            if key in optional:
+                values[key] = None
+                continue
+            advice = fix(key) if fix else f"map {key!r} to one of the row's fields"
+            raise DataError(
+                f"missing field {source!r} (for the {key}); the row has fields {sorted(row)}; {advice}"
+            )
+        try:
+            values[key] = gold_answer(value, answer_rule) if key == "answer" else as_text(value)
+        except DataError as error:
+            raise DataError(f"field {source!r}: {error}") from None
+    return values
+
+
+def _format_of(path: Path, file_format: str) -> str:
+    if file_format not in FORMATS:
+        raise DataError(f"format={file_format!r} for {path}: choose one of {', '.join(FORMATS)}")
+    if file_format != "auto":
+        return file_format
+    kind = _SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(
+            f"cannot tell the format of {path} from its suffix: name it .jsonl or .parquet (or set the format)"
+        )
+    return kind
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line, object)`` for each non-blank line; a :class:`DataError` in place of malformed JSON."""
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as error:
+                yield number, DataError(f"malformed JSON ({error.msg} at column {error.colno})")
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise DataError(f"cannot read Parquet file {path}: {error}") from error
+    yield from enumerate(table.to_pylist(), start=1)
+
+
+def _as_list(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            try:
+                parsed = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                return []
+            return list(parsed) if isinstance(parsed, (list, tuple)) else []
+        return [text] if text else []
+    return []
+
+
+def _join_math_groups(text: str) -> str:
+    """``"$69$,$84$"`` -> ``"69, 84"`` when the text is only ``$...$`` groups; else unchanged (stripped)."""
+    text = text.strip()
+    groups = _DOLLAR_GROUP.findall(text)
+    if groups and not _DOLLAR_GROUP.sub("", text).strip(" ,."):
+        return ", ".join(group.strip() for group in groups)
+    return text
+
+
+def _preview(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

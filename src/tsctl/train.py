@@ -1,0 +1,236 @@
+"""The RL loop: DAPO/GRPO with Thinking Seeds.
+
+What one step does, top to bottom:
+
+1. **Prompts.** ``trainer.batch_size`` prompts from the train split, a pure function of
+   ``(seed, step)`` (so a resumed run sees the same prompts).
+2. **Seeds (Thinking Seeds, ``ratio > 0``).** Every ``refresh`` steps the current weights become
+   the behaviour policy pi_b: they write full responses for the prompts of the next ``refresh``
+   steps, a truncation strategy cuts each to a prefix, and the prefixes with their pi_b log-probs
+   are stored as a seed shard in the run folder. ``refresh=0`` keeps the initial model as pi_b.
+3. **Rollout.** ``n`` responses per prompt from the rollout policy pi_old (the weights at the start
+   of this step): ``round(n * ratio / 100)`` continue a seed prefix, the rest are plain.
+4. **Rewards and advantages.** The task's verifier scores each whole response; advantages are
+   group-normalised ``(r - mean) / (std + eps)`` over the prompt's samples (``algo.norm_adv_by_std``
+   off: Dr. GRPO; ``seeds.adv_group=plain``: statistics over plain samples only). Optional DAPO
+   overlong penalty or masking, and DAPO dynamic sampling (drop all-equal groups, draw more).
+5. **Old log-probs.** One no-grad forward of pi_old over the batch; the ratio of a prefix token is
+   taken against its stored pi_b log-prob, of every other token against pi_old.
+6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
+   token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
+7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
+   ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
+   ``save_every`` steps, from which ``resume=true`` continues exactly.
+
+Kept from DAPO: clip-higher, token-mean loss, dynamic sampling and overlong shaping (both off by
+default), no KL term by default. Dropped: value model, reward model (rewards are rule-based).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tsctl.algo.advantages import group_advantages, overlong_penalty
+from tsctl.config.compose import Composed
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.base import SamplingParams
+from tsctl.engines.factory import build_engine
+from tsctl.models.builtin import ensure_builtin
+from tsctl.models.loading import load_model
+from tsctl.models.prompts import PromptFormatter
+from tsctl.progress import make_progress
+from tsctl.runs import RunDir, open_run
+from tsctl.seeds.bank import SeedBank
+from tsctl.sinks import MetricsSink
+from tsctl.tasks.registry import build_task
+from tsctl.trainer.batch import old_logprobs, pack, response_logprobs
+from tsctl.trainer.checkpoint import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
+from tsctl.trainer.heldout import heldout_metrics
+from tsctl.trainer.rollout import collect_groups, seeded_count
+from tsctl.trainer.samples import Sample
+from tsctl.trainer.schedule import extra_prompts, step_prompts, step_seed
+from tsctl.trainer.step_metrics import rollout_metrics
+from tsctl.trainer.update import policy_update
+
+SAMPLE_SEED, SHUFFLE_SEED = 1, 2
+
+
+def base_model_path(cfg: TsctlConfig) -> str:
+    """``model.path``, building and warming up the built-in model first when it is ``builtin``."""
+    return str(ensure_builtin(cfg)) if cfg.model.path == "builtin" else cfg.model.path
+
+
+def lr_lambda(cfg: TsctlConfig):
+    """Multiplier of the peak LR per optimiser step: linear warm-up, then constant or cosine."""
+    total = cfg.trainer.steps * cfg.trainer.mini_batches * cfg.trainer.epochs
+    warm = cfg.trainer.warmup_steps
+
+    def factor(opt_step: int) -> float:
+        if opt_step < warm:
+            return (opt_step + 1) / warm
+        if cfg.trainer.schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * (opt_step - warm) / max(1, total - warm)))
+        return 1.0
+
+    return factor
+
+
+def train(composed: Composed) -> RunDir:
+    """Run (or resume) the RL loop described in the module docstring; returns the run folder."""
+    cfg = composed.cfg
+    run = open_run(cfg, composed.node, "train")
+    tr = cfg.trainer
+    base = base_model_path(cfg)
+    resume_from = latest_checkpoint(run.checkpoints)
+    model, tokenizer = load_model(resume_from[1] if resume_from else base, cfg.model.dtype, cfg.model.device)
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
+    task = build_task(cfg.task)
+    problems = list(task.problems("train"))
+    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id, str(resume_from[1] if resume_from else base))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    ref_model = load_model(base, cfg.model.dtype, cfg.model.device)[0].eval() if cfg.algo.kl_coef > 0 else None
+    seeds = SeedBank(run.path / "seeds", cfg, formatter, task, problems) if cfg.ratio > 0 else None
+    start = 0
+    if resume_from:
+        start, state = resume_from[0], load_state(resume_from[1])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        run.truncate_metrics(start)
+    else:
+        torch.manual_seed(cfg.seed)
+        run.truncate_metrics(-1)
+    run.set_status("running", started_step=start)
+    sink = MetricsSink(run, cfg.logger, composed.node)
+    try:
+        if start == 0 and tr.eval_every:
+            sink.log({"step": 0, **heldout_metrics(engine, formatter, task, cfg, 0)})
+        with make_progress() as progress:
+            bar = progress.add_task("train", total=tr.steps, completed=start, status="")
+            for step in range(start, tr.steps):
+                if seeds is not None:
+                    seeds.prepare(step, model, engine)
+                record = train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model)
+                done = step + 1
+                if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
+                    record.update(heldout_metrics(engine, formatter, task, cfg, done))
+                sink.log(record)
+                if done % tr.save_every == 0 or done == tr.steps:
+                    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
+                    save_checkpoint(run.checkpoints, done, model, tokenizer, state)
+                    prune_checkpoints(run.checkpoints, tr.keep_checkpoints)
+                progress.update(bar, advance=1, status=_status(record))
+    except BaseException as err:
+        run.set_status("failed", error=f"{type(err).__name__}: {err}")
+        raise
+    finally:
+        sink.close()
+    run.set_status("completed", finished_step=tr.steps)
+    return run
+
+
+def _status(record: dict) -> str:
+    text = f"reward {record['reward/mean']:.3f}  entropy {record['entropy']:.3f}"
+    if "eval/greedy_accuracy" in record:
+        text += f"  held-out {record['eval/greedy_accuracy']:.3f}"
+    return text
+
+
+def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model) -> dict:
+    """One step (rollout, advantages, old log-probs, update); returns its metrics record."""
+    tr, al, e = cfg.trainer, cfg.algo, cfg.engine
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=step_seed(cfg.seed, step, SAMPLE_SEED))
+    samples = rollout(step, cfg, engine, formatter, task, problems, seeds, params)
+    timings["time/generate"] = time.perf_counter() - t0
+    generated_tokens = sum(len(s.generated_ids) for s in samples)
+
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+    if al.overlong == "penalty":
+        lengths = torch.tensor([len(s.response_ids) for s in samples])
+        rewards = rewards + overlong_penalty(lengths, e.max_new_tokens, al.overlong_buffer, al.overlong_penalty).double()
+    stats_mask = torch.tensor([not s.seeded for s in samples]) if cfg.seeds.adv_group == "plain" else None
+    advantages = group_advantages(rewards, [s.group for s in samples], norm_by_std=al.norm_adv_by_std, eps=al.adv_eps, stats_mask=stats_mask)
+    batch = pack(samples, advantages, formatter.pad_id)
+
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        pi_old, entropy = _forward_chunks(model, batch, e.temperature or 1.0, tr)
+        ref = _forward_chunks(ref_model, batch, e.temperature or 1.0, tr, entropy=False)[0] if ref_model is not None else None
+    timings["time/old_logprobs"] = time.perf_counter() - t1
+    loss_mask = batch.resp_mask.clone()
+    if not cfg.seeds.train_prefix:
+        loss_mask &= batch.source != 1
+    if al.overlong == "mask":
+        loss_mask &= torch.tensor([s.finished for s in samples]).unsqueeze(1)
+
+    t2 = time.perf_counter()
+    generator = torch.Generator().manual_seed(step_seed(cfg.seed, step, SHUFFLE_SEED))
+    update = policy_update(model, optimizer, scheduler, batch, old_logprobs(pi_old, batch), loss_mask, cfg, generator, ref)
+    timings["time/update"] = time.perf_counter() - t2
+    engine.load_weights(model.state_dict())
+    trained_tokens = int(batch.attention_mask.sum()) * tr.epochs
+    timings["time/step"] = time.perf_counter() - t0
+    return {
+        "step": step + 1,
+        **rollout_metrics(samples, batch, entropy, list(tr.position_bins), step),
+        **update.means(),
+        **timings,
+        "lr": scheduler.get_last_lr()[0],
+        "samples": len(samples),
+        "generate_tokens_per_s": generated_tokens / max(timings["time/generate"], 1e-9),
+        "train_tokens_per_s": trained_tokens / max(timings["time/update"], 1e-9),
+    }
+
+
+def rollout(step: int, cfg: TsctlConfig, engine, formatter, task, problems, seeds, params) -> list[Sample]:
+    """The step's groups; with dynamic sampling, all-equal groups are replaced by fresh prompts."""
+    tr = cfg.trainer
+    indices = step_prompts(cfg.seed, step, tr.batch_size, len(problems))
+    group_seeds = seeds.for_step(step, indices) if seeds is not None else None
+    samples = collect_groups([problems[i] for i in indices], group_seeds, tr.n, engine, formatter, task, params)
+    if not cfg.algo.dynamic_sampling:
+        return samples
+    kept = _informative(samples)
+    for round_ in range(cfg.algo.max_resample_rounds):
+        missing = tr.batch_size - len({s.group for s in kept})
+        if missing <= 0:
+            break
+        extra = extra_prompts(cfg.seed, step, round_, missing, len(problems))
+        more_params = SamplingParams(params.temperature, params.top_p, params.max_new_tokens, step_seed(cfg.seed, step, 10 + round_))
+        first = tr.batch_size * (round_ + 1)
+        extra_seeds = seeds.for_extra(step, extra) if seeds is not None else None
+        kept += _informative(collect_groups([problems[i] for i in extra], extra_seeds, tr.n, engine, formatter, task, more_params, first_group=first))
+    groups = sorted({s.group for s in kept})[: tr.batch_size]
+    chosen = [s for s in kept if s.group in set(groups)]
+    return chosen if chosen else samples
+
+
+def _informative(samples: list[Sample]) -> list[Sample]:
+    """Samples of groups whose rewards are not all equal."""
+    by_group: dict[int, list[float]] = {}
+    for s in samples:
+        by_group.setdefault(s.group, []).append(s.reward)
+    return [s for s in samples if len(set(by_group[s.group])) > 1]
+
+
+def _forward_chunks(model, batch, temperature: float, tr, entropy: bool = True):
+    """No-grad log-probs (and entropies) [B, T] in micro-batch chunks."""
+    size = tr.micro_batch_size or len(batch)
+    logps, ents = [], []
+    T = batch.resp_mask.shape[1]
+    for start in range(0, len(batch), size):
+        sub = batch.rows(torch.arange(start, min(start + size, len(batch))))
+        lp, ent = response_logprobs(model, sub, temperature, with_entropy=entropy)
+        pad = T - lp.shape[1]
+        logps.append(torch.nn.functional.pad(lp, (0, pad)))
+        if entropy:
+            ents.append(torch.nn.functional.pad(ent, (0, pad)))
+    return torch.cat(logps), (torch.cat(ents) if entropy else None)

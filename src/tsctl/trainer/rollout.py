@@ -1,0 +1,78 @@
+"""Generate a step's groups: ``n`` responses per prompt, some continuing behaviour-policy prefixes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from tsctl.engines.base import Engine, Request, SamplingParams
+from tsctl.models.prompts import PromptFormatter
+from tsctl.tasks.base import Problem, Task
+from tsctl.trainer.samples import Sample
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A behaviour-policy prefix for one prompt.
+
+    Attributes:
+        prefix_ids: the cut behaviour response, shape [S] (never includes EOS).
+        prefix_logprobs: pi_b log-probs of ``prefix_ids``, shape [S].
+        behaviour_step: training step of the pi_b checkpoint.
+    """
+
+    prefix_ids: list[int]
+    prefix_logprobs: list[float]
+    behaviour_step: int
+
+
+def seeded_count(n: int, ratio: float) -> int:
+    """Samples per group that continue a prefix: ``round(n * ratio / 100)``."""
+    return int(round(n * ratio / 100.0))
+
+
+def collect_groups(
+    problems: Sequence[Problem],
+    seeds: Sequence[Sequence[Seed]],
+    n: int,
+    engine: Engine,
+    formatter: PromptFormatter,
+    task: Task,
+    params: SamplingParams,
+    first_group: int = 0,
+) -> list[Sample]:
+    """Sample ``n`` responses for each problem and grade them.
+
+    The first ``len(seeds[i])`` samples of group ``i`` continue those seeds' prefixes (one distinct
+    seed each); the rest are plain. A response (prefix + continuation) is at most
+    ``params.max_new_tokens`` tokens: a continuation past that budget is cut and marked unfinished.
+    """
+    plan: list[tuple[int, Seed | None]] = []
+    requests: list[Request] = []
+    for i, problem in enumerate(problems):
+        prompt = formatter.prompt_ids(problem.question)
+        group_seeds = list(seeds[i])[:n] if seeds else []
+        for j in range(n):
+            seed = group_seeds[j] if j < len(group_seeds) else None
+            plan.append((i, seed))
+            requests.append(Request(prompt_ids=prompt, prefix_ids=seed.prefix_ids if seed else ()))
+    completions = engine.generate(requests, params)
+    samples = []
+    for (i, seed), request, out in zip(plan, requests, completions):
+        budget = params.max_new_tokens - len(request.prefix_ids)
+        ids, logprobs, finished = out.token_ids, out.logprobs, out.finished
+        if len(ids) > budget:
+            ids, logprobs, finished = ids[:budget], logprobs[:budget], False
+        sample = Sample(
+            group=first_group + i,
+            prompt_id=problems[i].id,
+            prompt_ids=list(request.prompt_ids),
+            generated_ids=list(ids),
+            generated_logprobs=list(logprobs),
+            finished=finished,
+        )
+        if seed is not None:
+            sample.prefix_ids, sample.prefix_logprobs, sample.behaviour_step = list(seed.prefix_ids), list(seed.prefix_logprobs), seed.behaviour_step
+        sample.reward = task.reward(problems[i], formatter.decode(sample.response_ids))
+        samples.append(sample)
+    return samples

@@ -1,0 +1,53 @@
+"""One step's samples: prompt, optional behaviour-policy prefix, on-policy continuation, reward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Token sources, per response token (stored as int8 in batches and shards).
+PLAIN, PREFIX, SUFFIX = 0, 1, 2
+SOURCE_NAMES = {PLAIN: "plain", PREFIX: "prefix", SUFFIX: "suffix"}
+
+
+@dataclass
+class Sample:
+    """A response to one prompt: ``prefix_ids`` (written by pi_b, may be empty) + ``generated_ids``.
+
+    Attributes:
+        group: index of the prompt within the step (the GRPO group).
+        prompt_id: the problem's id.
+        prompt_ids: prompt token ids, shape [P].
+        prefix_ids: behaviour-policy prefix token ids, shape [S] (empty for a plain sample).
+        prefix_logprobs: pi_b log-probs of ``prefix_ids`` from a teacher-forced fp32 forward, shape [S].
+        behaviour_step: training step of the pi_b checkpoint (-1 for a plain sample).
+        generated_ids: tokens the rollout policy pi_old generated, shape [G].
+        generated_logprobs: the sampler's log-probs of ``generated_ids``, shape [G].
+        finished: the response ended with EOS (False: cut at the length limit).
+        reward: the verifier's score of the whole response, in [0, 1].
+    """
+
+    group: int
+    prompt_id: str
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    generated_logprobs: list[float]
+    finished: bool
+    prefix_ids: list[int] = field(default_factory=list)
+    prefix_logprobs: list[float] = field(default_factory=list)
+    behaviour_step: int = -1
+    reward: float = 0.0
+
+    @property
+    def response_ids(self) -> list[int]:
+        """The whole response: prefix then continuation."""
+        return self.prefix_ids + self.generated_ids
+
+    @property
+    def seeded(self) -> bool:
+        """True when the sample continues a behaviour-policy prefix."""
+        return bool(self.prefix_ids)
+
+    def sources(self) -> list[int]:
+        """Per response token: PREFIX, SUFFIX (after a prefix) or PLAIN."""
+        rest = SUFFIX if self.seeded else PLAIN
+        return [PREFIX] * len(self.prefix_ids) + [rest] * len(self.generated_ids)
