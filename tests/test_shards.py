@@ -225,7 +225,7 @@ def test_bad_columns_rejected_on_write(tmp_path: Path, change, message: str) -> 
 
 
 def test_bad_kind_and_metadata_rejected(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown shard kind 'seeds'; valid kinds: rollout, seed"):
+    with pytest.raises(ValueError, match="unknown shard kind 'seeds'; valid kinds: eval, rollout, seed"):
         write_shard(tmp_path / "s.parquet", "seeds", seed_columns())
     with pytest.raises(ValueError, match="reserved prefix"):
         write_shard(tmp_path / "s.parquet", "seed", seed_columns(), {"tsctl.kind": "x"})

@@ -33,7 +33,7 @@ def stable(record: dict) -> dict:
     return {k: v for k, v in record.items() if not any(v_ in k for v_ in VOLATILE)}
 
 
-def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path):
+def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path, model_cache):
     tsctl("train", *micro, "name=a")
     run = tmp_path / "runs" / "default" / "a"
     records = metrics(run)
@@ -49,7 +49,7 @@ def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path):
     assert "eval/greedy_accuracy" in records[0] and "eval/pass@1" in records[2]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "completed" and "torch" in manifest["versions"]
-    base = next((tmp_path / "runs" / "_models").glob("builtin-*"))
+    base = next(model_cache.glob("builtin-*"))
     before = load_file(base / "model.safetensors")
     after = load_file(run / "checkpoints" / "step-3" / "model.safetensors")
     assert before.keys() == after.keys()

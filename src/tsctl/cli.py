@@ -62,7 +62,7 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
             return
         stage(composed)
     except _user_errors() as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False)
+        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]; resume with the same command and resume=true")
@@ -97,3 +97,77 @@ def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
 
     _run(overrides, cfg, stage)
 
+
+@app.command(epilog=KNOBS)
+def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
+    """Write a seed shard: full responses of a behaviour checkpoint (shards.checkpoint) for the prompts
+    train draws at steps shards.data_step.., with pi_b log-probs, entropies and cut points (needs ratio > 0)."""
+
+    def stage(c: Composed) -> None:
+        from tsctl.stages import seed as run_seed
+
+        run_seed(c)
+
+    _run(overrides, cfg, stage)
+
+
+@app.command(epilog=KNOBS)
+def rollout(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
+    """Continue a seed shard with the current policy (shards.checkpoint), add plain samples, grade
+    them and write a rollout shard with rewards and advantages."""
+
+    def stage(c: Composed) -> None:
+        from tsctl.stages import rollout as run_rollout
+
+        run_rollout(c)
+
+    _run(overrides, cfg, stage)
+
+
+@app.command(name="eval", epilog=KNOBS)
+def eval_(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
+    """Score checkpoints on benchmarks (greedy accuracy, pass@k, entropy, length) into eval/ folders and a table."""
+
+    def stage(c: Composed) -> None:
+        from tsctl.evaluate import evaluate
+        from tsctl.evaluation.table import print_results
+
+        print_results(evaluate(c), console)
+
+    _run(overrides, cfg, stage)
+
+
+@app.command(epilog=KNOBS)
+def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
+    """Sweep any keys with Hydra multirun (e.g. ratio=0,25,50 seed=1,2,3): one train + final eval per point, then a report.
+
+    Points go to runs/<experiment>/sweep-<hash>/<point>/ (or name=<sweep>); rerunning skips completed points and resumes interrupted ones.
+
+    Launchers: sequential by default; hydra/launcher=joblib hydra.launcher.n_jobs=N for parallel points; hydra/launcher=submitit_slurm for Slurm (see src/tsctl/ablate.py).
+    """
+
+    def stage(c: Composed) -> None:
+        from tsctl.ablate import ablate as run_ablate
+
+        folder, failed = run_ablate(overrides or [])
+        console.print(f"sweep: {folder}  (report in {folder / 'report'})", highlight=False)
+        if failed:
+            console.print(f"[red]{len(failed)} run(s) failed:[/red] {', '.join(failed)}; rerun the same command to retry them", highlight=False)
+            raise typer.Exit(1)
+
+    from tsctl.ablate import first_point
+
+    _run(first_point(overrides or []), cfg, stage)
+
+
+@app.command()
+def report(path: str = typer.Argument(..., help="A sweep folder (runs/<experiment>/<sweep>) or one run folder.", show_default=False)) -> None:
+    """Summary table (console, Markdown, CSV) and plots of a sweep or a run, into <sweep>/report/ or <run>/plots/."""
+    from tsctl.report import report as write_report
+
+    try:
+        out = write_report(path)
+    except FileNotFoundError as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(f"report: {out}", highlight=False)

@@ -32,10 +32,8 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from tsctl.algo.advantages import group_advantages, overlong_penalty
 from tsctl.config.compose import Composed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import SamplingParams
@@ -51,8 +49,11 @@ from tsctl.tasks.registry import build_task
 from tsctl.trainer.batch import old_logprobs, pack, response_logprobs
 from tsctl.trainer.checkpoint import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
 from tsctl.trainer.heldout import heldout_metrics
-from tsctl.trainer.rollout import collect_groups, seeded_count
-from tsctl.trainer.samples import Sample
+from tsctl.seeds.shards import write_shard
+from tsctl.trainer.rollout import collect_groups
+from tsctl.trainer.rewards import sample_advantages
+from tsctl.trainer.rollout_shard import rollout_columns
+from tsctl.trainer.samples import PREFIX, Sample
 from tsctl.trainer.schedule import extra_prompts, step_prompts, step_seed
 from tsctl.trainer.step_metrics import rollout_metrics
 from tsctl.trainer.update import policy_update
@@ -114,9 +115,15 @@ def train(composed: Composed) -> RunDir:
         with make_progress() as progress:
             bar = progress.add_task("train", total=tr.steps, completed=start, status="")
             for step in range(start, tr.steps):
+                t_seeds = time.perf_counter()
                 if seeds is not None:
                     seeds.prepare(step, model, engine)
-                record = train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model)
+                seeds_time = time.perf_counter() - t_seeds
+                rollouts = run.path / "rollouts" if tr.save_rollouts else None
+                record = train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, rollouts)
+                # Seed generation (at refresh steps) counts toward the step that triggered it.
+                record["time/seeds"] = seeds_time
+                record["time/step"] += seeds_time
                 done = step + 1
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
                     record.update(heldout_metrics(engine, formatter, task, cfg, done))
@@ -142,8 +149,11 @@ def _status(record: dict) -> str:
     return text
 
 
-def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model) -> dict:
-    """One step (rollout, advantages, old log-probs, update); returns its metrics record."""
+def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, rollouts_dir: Path | None = None) -> dict:
+    """One step (rollout, advantages, old log-probs, update); returns its metrics record.
+
+    With ``rollouts_dir``, the step's samples are also written there as ``step-<N>.parquet``.
+    """
     tr, al, e = cfg.trainer, cfg.algo, cfg.engine
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -152,13 +162,11 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     timings["time/generate"] = time.perf_counter() - t0
     generated_tokens = sum(len(s.generated_ids) for s in samples)
 
-    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
-    if al.overlong == "penalty":
-        lengths = torch.tensor([len(s.response_ids) for s in samples])
-        rewards = rewards + overlong_penalty(lengths, e.max_new_tokens, al.overlong_buffer, al.overlong_penalty).double()
-    stats_mask = torch.tensor([not s.seeded for s in samples]) if cfg.seeds.adv_group == "plain" else None
-    advantages = group_advantages(rewards, [s.group for s in samples], norm_by_std=al.norm_adv_by_std, eps=al.adv_eps, stats_mask=stats_mask)
+    advantages = sample_advantages(samples, cfg)
     batch = pack(samples, advantages, formatter.pad_id)
+    if rollouts_dir is not None:
+        rollouts_dir.mkdir(parents=True, exist_ok=True)
+        write_shard(rollouts_dir / f"step-{step + 1:06d}.parquet", "rollout", rollout_columns(samples, advantages, step), overwrite=True)
 
     t1 = time.perf_counter()
     with torch.no_grad():
@@ -167,7 +175,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     timings["time/old_logprobs"] = time.perf_counter() - t1
     loss_mask = batch.resp_mask.clone()
     if not cfg.seeds.train_prefix:
-        loss_mask &= batch.source != 1
+        loss_mask &= batch.source != PREFIX
     if al.overlong == "mask":
         loss_mask &= torch.tensor([s.finished for s in samples]).unsqueeze(1)
 

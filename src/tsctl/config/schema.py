@@ -33,7 +33,7 @@ class TinyModelConfig:
 class WarmupConfig:
     """Supervised warm-up of the built-in model on the task's worked solutions (``tsctl warmup``)."""
 
-    examples: int = 40000
+    examples: int = 30000
     """Training examples drawn from the task's train split (cycled if the split is smaller)."""
     batch_size: int = 64
     """Sequences per optimiser step."""
@@ -57,6 +57,8 @@ class ModelConfig:
     """Parameter dtype: ``auto`` (float32 on CPU, bfloat16 on GPU), ``float32`` or ``bfloat16``."""
     device: str = "auto"
     """``auto`` (cuda when available), ``cpu`` or ``cuda``."""
+    cache_dir: Optional[str] = None
+    """Folder of the built-in model cache; null = ``<runs_dir>/_models`` (share one across runs_dirs to build once)."""
     use_chat_template: bool = True
     """Wrap prompts in the tokenizer's chat template when it has one."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -73,10 +75,10 @@ class CountdownConfig:
     """Fewest numbers offered."""
     max_numbers: int = 4
     """Most numbers offered."""
-    max_number: int = 20
+    max_number: int = 10
     """Numbers are drawn from 1..max_number."""
-    max_target: int = 200
-    """Targets above this are rejected while generating."""
+    max_target: int = 100
+    """Targets above this (or equal to a given number) are rejected while generating."""
 
 
 @dataclass
@@ -242,6 +244,8 @@ class TrainerConfig:
     """After warm-up: ``constant`` or ``cosine``."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm."""
+    save_rollouts: bool = False
+    """Also write each step's samples as a rollout shard ``rollouts/step-N.parquet``."""
     save_every: int = 25
     """Steps between checkpoints (the last step is always saved)."""
     keep_checkpoints: int = 2
@@ -276,11 +280,39 @@ class EvalConfig:
     """Score only the first ``limit`` problems of each benchmark."""
     on_bad_row: str = "error"
     """A malformed benchmark row: ``error`` (stop, naming file, line and field) or ``skip`` (count and report)."""
+    overwrite: bool = False
+    """Replace results already written for the same checkpoint and benchmark; false refuses to."""
+
+
+@dataclass
+class ShardsConfig:
+    """Inputs and outputs of the stand-alone stages ``tsctl seed`` and ``tsctl rollout``."""
+
+    checkpoint: Optional[str] = None
+    """The model the stage runs: pi_b for ``seed``, the current policy for ``rollout``. A model
+    folder, a run folder (with ``shards.step``), or null for ``model.path``."""
+    step: str = "last"
+    """With a run folder: ``last`` or a step number."""
+    data_step: int = 0
+    """Use the prompts that ``tsctl train`` draws at this step (same seed and batch size)."""
+    steps: int = 1
+    """Number of consecutive training steps whose prompts are used."""
+    out_dir: Optional[str] = None
+    """Folder of ``seeds.parquet`` and ``rollouts.parquet``; null = ``<runs_dir>/<experiment>/shards``."""
+    overwrite: bool = False
+    """Replace shards that already exist (otherwise the stage refuses)."""
 
 
 @dataclass
 class LoggerConfig:
-    """Where metrics go besides ``metrics.jsonl`` (always written)."""
+    """Where metrics go besides ``metrics.jsonl`` (always written).
+
+    The default is ``console``: it needs no account, no network and no extra package, and every
+    metric is in ``metrics.jsonl`` anyway. ``logger=wandb`` adds one wandb run per training run
+    (config and metrics; under ``tsctl ablate`` also the final evaluation and the run's plots),
+    offline by default so that it works with no network and no account; upload later with
+    ``wandb sync <run>/wandb/offline-run-*`` or log live with ``logger.wandb_mode=online``.
+    """
 
     name: str = "console"
     """``console`` (rich progress) or ``wandb`` (also logs to Weights & Biases)."""
@@ -317,4 +349,5 @@ class TsctlConfig:
     seeds: SeedsConfig = field(default_factory=SeedsConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    shards: ShardsConfig = field(default_factory=ShardsConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)

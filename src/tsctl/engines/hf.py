@@ -237,7 +237,8 @@ class HFEngine:
             raise KeyError(f"state_dict does not match the model: missing {missing}, unexpected {unexpected}")
         with torch.no_grad():
             for name, tensor in state_dict.items():
-                own[name].copy_(tensor)
+                if own[name].data_ptr() != tensor.data_ptr():  # the trainer's own model needs no copy
+                    own[name].copy_(tensor)
 
     def _forward(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Cache

@@ -31,7 +31,8 @@ def builtin_dir(cfg: TsctlConfig) -> Path:
     """Cache folder of the built-in model for ``cfg``'s architecture, warm-up and task."""
     key = {"tiny": dataclasses.asdict(cfg.model.tiny), "warmup": dataclasses.asdict(cfg.model.warmup), "task": dataclasses.asdict(cfg.task)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    return Path(cfg.runs_dir) / "_models" / f"builtin-{cfg.task.name}-{digest}"
+    cache = Path(cfg.model.cache_dir) if cfg.model.cache_dir else Path(cfg.runs_dir) / "_models"
+    return cache / f"builtin-{cfg.task.name}-{digest}"
 
 
 def ensure_builtin(cfg: TsctlConfig, rebuild: bool = False) -> Path:

@@ -19,7 +19,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.shards import ShardError, read_shard, write_shard
 from tsctl.tasks.base import Problem, Task
-from tsctl.trainer.rollout import Seed, seeded_count
+from tsctl.trainer.rollout import Seed, seeded_count, seeds_from_table
 from tsctl.trainer.schedule import step_prompts, step_seed
 
 SEED_SAMPLING = 4
@@ -65,10 +65,7 @@ class SeedBank:
             )
             write_shard(path, "seed", columns, {"first_step": str(first), "last_step": str(last)}, overwrite=False)
         table = read_shard(path, "seed").table.to_pydict()
-        self.rows = [
-            Seed(prefix_ids=ids[:cut], prefix_logprobs=lps[:cut], behaviour_step=st)
-            for ids, lps, cut, st in zip(table["response_ids"], table["logprobs"], table["cut"], table["checkpoint_step"])
-        ]
+        self.rows = seeds_from_table(table)
         self.ids = table["prompt_id"]
         self.start = first
 

@@ -1,4 +1,4 @@
-"""Parquet shards shared by the stages: seed responses and rollouts, written atomically, read strictly.
+"""Parquet shards shared by the stages: seed responses, rollouts and eval samples, written atomically, read strictly.
 
 A shard is one Parquet file (token ids and log-probs as list columns) plus a checksum file
 ``<name>.sha256`` beside it, in ``sha256sum`` format (``sha256sum -c`` verifies it by hand).
@@ -109,7 +109,26 @@ ROLLOUT = ShardKind(
     producer="tsctl rollout",
 )
 
-KINDS: Mapping[str, ShardKind] = MappingProxyType({k.name: k for k in (SEED, ROLLOUT)})
+EVAL = ShardKind(
+    name="eval",
+    version=1,
+    schema=pa.schema(
+        [
+            ("problem_id", pa.string()),
+            ("sample", pa.int32()),  # index among the problem's sampled responses; 0 for the greedy one
+            ("greedy", pa.bool_()),  # the temperature-0 response (else a sampled one)
+            ("response", pa.string()),  # decoded text, special tokens dropped
+            ("response_ids", _ids),  # generated token ids, EOS included when finished
+            ("tokens", pa.int32()),  # len(response_ids)
+            ("finished", pa.bool_()),  # the response ended with EOS (else cut at max_new_tokens)
+            ("reward", pa.float32()),  # the benchmark's grade of the response
+        ]
+    ),
+    aligned=(),
+    producer="tsctl eval",
+)
+
+KINDS: Mapping[str, ShardKind] = MappingProxyType({k.name: k for k in (SEED, ROLLOUT, EVAL)})
 """Every shard kind, by name."""
 
 

@@ -19,11 +19,21 @@ class Seed:
         prefix_ids: the cut behaviour response, shape [S] (never includes EOS).
         prefix_logprobs: pi_b log-probs of ``prefix_ids``, shape [S].
         behaviour_step: training step of the pi_b checkpoint.
+        checkpoint: the pi_b checkpoint (a folder or ``step-N``).
     """
 
     prefix_ids: list[int]
     prefix_logprobs: list[float]
     behaviour_step: int
+    checkpoint: str
+
+
+def seeds_from_table(table: dict[str, list]) -> list[Seed]:
+    """One :class:`Seed` per row of a seed shard (``read_shard(...).table.to_pydict()``): the cut prefix."""
+    return [
+        Seed(prefix_ids=ids[:cut], prefix_logprobs=lps[:cut], behaviour_step=step, checkpoint=ckpt)
+        for ids, lps, cut, step, ckpt in zip(table["response_ids"], table["logprobs"], table["cut"], table["checkpoint_step"], table["checkpoint"])
+    ]
 
 
 def seeded_count(n: int, ratio: float) -> int:
@@ -71,8 +81,9 @@ def collect_groups(
             generated_logprobs=list(logprobs),
             finished=finished,
         )
-        if seed is not None:
-            sample.prefix_ids, sample.prefix_logprobs, sample.behaviour_step = list(seed.prefix_ids), list(seed.prefix_logprobs), seed.behaviour_step
+        if seed is not None and seed.prefix_ids:
+            sample.prefix_ids, sample.prefix_logprobs = list(seed.prefix_ids), list(seed.prefix_logprobs)
+            sample.behaviour_step, sample.behaviour_checkpoint = seed.behaviour_step, seed.checkpoint
         sample.reward = task.reward(problems[i], formatter.decode(sample.response_ids))
         samples.append(sample)
     return samples

@@ -20,6 +20,7 @@ class Sample:
         prefix_ids: behaviour-policy prefix token ids, shape [S] (empty for a plain sample).
         prefix_logprobs: pi_b log-probs of ``prefix_ids`` from a teacher-forced fp32 forward, shape [S].
         behaviour_step: training step of the pi_b checkpoint (-1 for a plain sample).
+        behaviour_checkpoint: the pi_b checkpoint ("" for a plain sample).
         generated_ids: tokens the rollout policy pi_old generated, shape [G].
         generated_logprobs: the sampler's log-probs of ``generated_ids``, shape [G].
         finished: the response ended with EOS (False: cut at the length limit).
@@ -35,6 +36,7 @@ class Sample:
     prefix_ids: list[int] = field(default_factory=list)
     prefix_logprobs: list[float] = field(default_factory=list)
     behaviour_step: int = -1
+    behaviour_checkpoint: str = ""
     reward: float = 0.0
 
     @property

@@ -1,0 +1,72 @@
+"""The benchmarks of ``eval.benchmarks``, loaded (and their data checked) before any model is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+from tsctl.tasks.base import Problem, Task
+from tsctl.tasks.benchmarks import BenchmarkTask, load_benchmark, load_benchmark_config
+from tsctl.tasks.records import DataError
+from tsctl.tasks.registry import build_task
+
+HELDOUT = "heldout"
+"""The benchmark name that stands for the configured task's held-out split."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One benchmark ready to score.
+
+    Attributes:
+        name: its name in file names and tables (``heldout`` or the benchmark config's name).
+        task: grades responses to its problems.
+        problems: the problems scored (the first ``eval.limit`` of them).
+        skipped: malformed rows left out while loading (``eval.on_bad_row=skip``).
+    """
+
+    name: str
+    task: Task
+    problems: Sequence[Problem]
+    skipped: int
+
+
+def load_suites(cfg: TsctlConfig) -> list[Suite]:
+    """Every benchmark of ``cfg.eval.benchmarks``, in order.
+
+    Raises:
+        ConfigError: an invalid benchmark config, or two benchmarks with the same name.
+        DataError: a missing data file, a malformed row or a missing field (``on_bad_row=error``),
+            or a benchmark left without problems.
+    """
+    suites = [_heldout(cfg) if name == HELDOUT else _benchmark(name, cfg) for name in cfg.eval.benchmarks]
+    names = [suite.name for suite in suites]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError("eval.benchmarks", f"benchmark name(s) {', '.join(twice)} listed more than once")
+    for suite in suites:
+        if not suite.problems:
+            raise DataError(f"benchmark {suite.name} has no problems to score ({suite.skipped} malformed rows skipped)")
+    return suites
+
+
+def _heldout(cfg: TsctlConfig) -> Suite:
+    """The configured task's held-out split (a file task skips bad rows by ``task.file.on_bad_row``)."""
+    task = build_task(cfg.task)
+    problems = list(task.problems("heldout"))[: cfg.eval.limit]
+    return Suite(HELDOUT, task, problems, getattr(task, "skipped", 0))
+
+
+def _benchmark(name: str, cfg: TsctlConfig) -> Suite:
+    """A benchmark config by name (``conf/benchmark/<name>.yaml``) or YAML path."""
+    try:
+        bench_cfg = load_benchmark_config(name)
+    except ValueError as error:
+        raise ConfigError("eval.benchmarks", str(error)) from None
+    try:
+        problems, skipped = load_benchmark(bench_cfg, cfg.eval.limit, cfg.eval.on_bad_row)
+    except ImportError as error:
+        raise ConfigError("eval.benchmarks", str(error)) from None
+    return Suite(bench_cfg.name, BenchmarkTask(bench_cfg, problems, skipped), problems, skipped)

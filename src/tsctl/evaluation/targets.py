@@ -1,0 +1,102 @@
+"""Which checkpoints ``tsctl eval`` scores (and ``tsctl seed``/``rollout`` run), and where eval results go.
+
+A checkpoint setting (``eval.checkpoint``, ``shards.checkpoint``) is one of:
+
+- a run folder (it holds ``checkpoints/``): its complete checkpoints chosen by the step setting
+  (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``;
+- one checkpoint of a run (``<run>/checkpoints/step-N``): results go to ``<run>/eval/step-N/``;
+- any other HF model folder: results go to ``<runs_dir>/<experiment>/eval/<folder name>/``;
+- null: ``model.path`` (the built-in model is built and warmed up first when missing); a hub id
+  there is stored as ``<runs_dir>/<experiment>/eval/<org>--<name>/``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+from tsctl.runs import RunError
+from tsctl.train import base_model_path
+from tsctl.trainer.checkpoint import list_checkpoints
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model to score.
+
+    Attributes:
+        label: short name in tables (``step-N``, or the model folder's name).
+        path: the model folder or hub id given to the loader.
+        step: training step of a run checkpoint; None for any other model.
+        out_dir: folder of its ``<benchmark>.json`` and ``<benchmark>.parquet`` files.
+    """
+
+    label: str
+    path: str
+    step: int | None
+    out_dir: Path
+
+
+def resolve_targets(cfg: TsctlConfig) -> list[Target]:
+    """The models ``eval.checkpoint`` and ``eval.step`` name, oldest step first (see the module docstring)."""
+    return resolve_models(cfg, cfg.eval.checkpoint, cfg.eval.step, "eval")
+
+
+def resolve_model(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str) -> Target:
+    """The one model ``<key>.checkpoint`` and ``<key>.step`` name (``step=all`` is refused)."""
+    if step == "all":
+        raise ConfigError(f"{key}.step", "'all' names several checkpoints; use last or a step number")
+    return resolve_models(cfg, checkpoint, step, key)[0]
+
+
+def resolve_models(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str) -> list[Target]:
+    """The models a ``checkpoint`` and ``step`` pair names (see the module docstring); errors name ``<key>.*``.
+
+    Raises:
+        ConfigError: a missing checkpoint path, or an invalid or unknown step.
+        RunError: a run folder without any complete checkpoint.
+    """
+    if checkpoint is None:
+        return [_model_target(base_model_path(cfg), cfg)]
+    path = Path(checkpoint).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            f"{key}.checkpoint", f"{checkpoint} does not exist; pass a run folder (with checkpoints/) or a model folder (with config.json)"
+        )
+    if (path / "checkpoints").is_dir():
+        return _run_targets(path, step, key)
+    if step != "last":
+        raise ConfigError(f"{key}.step", f"{step!r} needs a run folder (with checkpoints/), but {checkpoint} is a model folder")
+    return [_model_target(str(path), cfg)]
+
+
+def _run_targets(run: Path, step: str, key: str) -> list[Target]:
+    """The run's complete checkpoints selected by ``step``: ``last``, ``all`` or a step number."""
+    found = list_checkpoints(run / "checkpoints")
+    if not found:
+        raise RunError(f"{run} has no complete checkpoint under checkpoints/ (one with config.json and trainer_state.pt)")
+    if step == "last":
+        found = found[-1:]
+    elif step.isdigit():
+        steps = ", ".join(str(n) for n, _ in found)
+        found = [(n, p) for n, p in found if n == int(step)]
+        if not found:
+            raise ConfigError(f"{key}.step", f"{run} has no complete checkpoint step-{step}; available steps: {steps}")
+    elif step != "all":
+        raise ConfigError(f"{key}.step", f"unknown value {step!r}; use last, all or a step number")
+    return [Target(f"step-{n}", str(p), n, run / "eval" / f"step-{n}") for n, p in found]
+
+
+def _model_target(path: str, cfg: TsctlConfig) -> Target:
+    """A single model folder or hub id; a run's ``checkpoints/step-N`` keeps its results in the run."""
+    folder = Path(path)
+    match = _STEP_DIR.match(folder.name)
+    if match and folder.parent.name == "checkpoints":
+        return Target(folder.name, path, int(match.group(1)), folder.parent.parent / "eval" / folder.name)
+    label = folder.name if folder.is_dir() else path.replace("/", "--")
+    return Target(label, path, None, Path(cfg.runs_dir) / cfg.experiment / "eval" / label)

@@ -1,0 +1,364 @@
+"""``tsctl report``: summary tables (console, Markdown, CSV) and plots of a sweep folder or one run folder.
+
+A *sweep folder* holds one run folder per point and seed (``tsctl ablate`` writes
+``<runs_dir>/<experiment>/<sweep>/<point>/``); any folder whose subfolders are run folders works.
+Runs are grouped into points by the settings that differ between them, ``seed`` excepted: the
+overrides Hydra saved in ``.hydra/overrides.yaml`` when every run has them, else the resolved
+``config.yaml``. Every number is a mean ± sample standard deviation over a point's seeds.
+
+What "final" means per run:
+
+- held-out greedy accuracy and pass@k: ``final_eval.json`` (written by ``tsctl ablate`` with the
+  final checkpoint), else the last held-out evaluation in ``metrics.jsonl`` (pass@1 only);
+- entropy by token source: the mean over the last 10% of training steps;
+- clip fraction by token source: the mean over all training steps.
+
+A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
+the table; a report on one run uses it whatever its status. Outputs go to ``<sweep>/report/`` or
+``<run>/plots/``: ``summary.md`` (the table, the notes and the plots), ``summary.csv`` and PNGs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from omegaconf import OmegaConf
+
+from tsctl.runs import RunDir
+
+FINAL_EVAL = "final_eval.json"
+"""File in a run folder with the final checkpoint's held-out greedy accuracy and pass@k."""
+
+IGNORED_KEYS = ("seed", "name", "experiment", "runs_dir", "resume")
+"""Settings that never tell points apart (``seed`` is what a point averages over)."""
+
+SOURCES = ("plain", "prefix", "suffix")
+"""Token sources: unseeded samples, behaviour-policy prefixes, the current policy's continuations."""
+
+TAIL = 0.1
+"""Share of training steps over which "final" entropy (the end) and the entropy plot's start and end are averaged."""
+
+
+@dataclass
+class Run:
+    """One run folder, read once."""
+
+    path: Path
+    status: str
+    error: Optional[str]
+    settings: dict[str, str]
+    records: list[dict[str, Any]]
+    final: dict[str, Any]
+
+    @property
+    def train_records(self) -> list[dict[str, Any]]:
+        """Records of training steps (step 0 holds the evaluation before training)."""
+        return [r for r in self.records if r.get("step", 0) >= 1 and "entropy" in r]
+
+
+@dataclass
+class Point:
+    """The runs of one sweep point (one per seed) and those its statistics use."""
+
+    label: str
+    settings: dict[str, str]
+    runs: list[Run]
+    used: list[Run] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Run]:
+        """Runs that are not completed (failed, or still running / interrupted)."""
+        return [r for r in self.runs if r.status != "completed"]
+
+
+def is_run_folder(path: Path) -> bool:
+    """A run folder has a manifest or a metrics file."""
+    return (path / "manifest.json").is_file() or (path / "metrics.jsonl").is_file()
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts as ``{"a.b": "value"}`` with values as text."""
+    if not isinstance(data, dict):
+        return {prefix: json.dumps(data) if isinstance(data, (list, dict)) else str(data)}
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _overrides(path: Path) -> Optional[dict[str, str]]:
+    """The Hydra overrides saved in ``.hydra/overrides.yaml`` as ``{key: value}``, or None."""
+    saved = path / ".hydra" / "overrides.yaml"
+    if not saved.is_file():
+        return None
+    pairs = (str(line).split("=", 1) for line in OmegaConf.to_container(OmegaConf.load(saved)))
+    return {key.lstrip("+~"): value for key, value in pairs}
+
+
+def load_run(path: Path) -> Run:
+    """Read a run folder's status, settings, metrics and final evaluation."""
+    run = RunDir(path)
+    manifest = run.manifest()
+    config = path / "config.yaml"
+    settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
+    final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
+    return Run(path, manifest.get("status", "unknown"), manifest.get("error"), settings, run.read_metrics(), final)
+
+
+def find_runs(path: Path) -> list[Run]:
+    """The run at ``path``, or the runs in its subfolders (a sweep folder).
+
+    Raises:
+        FileNotFoundError: ``path`` is neither a run folder nor a folder of run folders.
+    """
+    if is_run_folder(path):
+        return [load_run(path)]
+    children = sorted(p for p in path.iterdir() if p.is_dir() and is_run_folder(p)) if path.is_dir() else []
+    if not children:
+        raise FileNotFoundError(f"{path} is neither a run folder nor a sweep folder of runs (no manifest.json or metrics.jsonl found)")
+    runs = [load_run(p) for p in children]
+    overrides = [_overrides(p) for p in children]
+    if all(o is not None for o in overrides):
+        for run, saved in zip(runs, overrides):
+            run.settings = saved
+    return runs
+
+
+def _sort_key(value: str) -> tuple[float, str]:
+    """Numbers in numeric order, before text."""
+    try:
+        return float(value), ""
+    except ValueError:
+        return math.inf, value
+
+
+def group_points(runs: list[Run], single: bool = False) -> list[Point]:
+    """Group ``runs`` by the settings that differ between them (``IGNORED_KEYS`` aside).
+
+    A point's statistics use its completed runs, or every run when ``single`` (a one-run report).
+    """
+    keys: list[str] = []
+    for run in runs:
+        keys += [k for k in run.settings if k not in keys and k not in IGNORED_KEYS]
+    varying = [k for k in keys if len({run.settings.get(k) for run in runs}) > 1]
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run.settings.get(k, "") for k in varying), []).append(run)
+    points = []
+    for values in sorted(groups, key=lambda vs: [_sort_key(v) for v in vs]):
+        settings = dict(zip(varying, values))
+        label = " ".join(f"{k}={v}" for k, v in settings.items()) or (runs[0].path.name if single else "all runs")
+        members = groups[values]
+        used = members if single else [r for r in members if r.status == "completed"]
+        points.append(Point(label, settings, members, used))
+    return points
+
+
+def tail(records: list[dict[str, Any]], share: float = TAIL, last: bool = True) -> list[dict[str, Any]]:
+    """The last (or first) ``share`` of ``records``, at least one."""
+    count = max(1, round(len(records) * share))
+    return records[-count:] if last else records[:count]
+
+
+def mean_of(records: Iterable[dict[str, Any]], key: str) -> Optional[float]:
+    """Mean of ``key`` over the records that have it, or None."""
+    values = [r[key] for r in records if key in r]
+    return sum(values) / len(values) if values else None
+
+
+def final_values(run: Run) -> dict[str, float]:
+    """The summary metrics of one run (see the module docstring); absent ones are left out."""
+    out: dict[str, float] = {}
+    evals = [r for r in run.records if "eval/greedy_accuracy" in r]
+    if run.final:
+        out["greedy_accuracy"] = run.final["greedy_accuracy"]
+        out.update({k: v for k, v in run.final.items() if k.startswith("pass@")})
+    elif evals:
+        out["greedy_accuracy"] = evals[-1]["eval/greedy_accuracy"]
+        out["pass@1"] = evals[-1]["eval/pass@1"]
+    for source in SOURCES:
+        entropy = mean_of(tail(run.train_records), f"entropy_by_source/{source}")
+        clipped = mean_of(run.train_records, f"clipped_by_source/{source}")
+        if entropy is not None:
+            out[f"entropy/{source}"] = entropy
+        if clipped is not None:
+            out[f"clip/{source}"] = 100 * clipped
+    return out
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _metric_order(key: str) -> tuple[int, int]:
+    """Columns: greedy accuracy, pass@k by k, entropy by source, clip by source."""
+    if key == "greedy_accuracy":
+        return 0, 0
+    if key.startswith("pass@"):
+        return 1, int(key[5:])
+    family, _, source = key.partition("/")
+    return (2 if family == "entropy" else 3), SOURCES.index(source)
+
+
+def header(key: str) -> str:
+    """Column title of a summary metric, with its unit."""
+    family, _, source = key.partition("/")
+    if family == "entropy":
+        return f"entropy {source} (nats/token)"
+    if family == "clip":
+        return f"clipped {source} (% tokens)"
+    return "held-out greedy acc." if key == "greedy_accuracy" else f"held-out {key}"
+
+
+@dataclass
+class Summary:
+    """The summary table: one row per point, ``cells[metric] = (mean, std)`` over used runs."""
+
+    points: list[Point]
+    metrics: list[str]
+    cells: list[dict[str, tuple[float, float]]]
+
+
+def summarize(points: list[Point]) -> Summary:
+    """Mean ± std over each point's used runs of every metric of :func:`final_values`."""
+    cells, metrics = [], set()
+    for point in points:
+        values = [final_values(run) for run in point.used]
+        keys = {k for v in values for k in v}
+        metrics |= keys
+        cells.append({k: mean_std([v[k] for v in values if k in v]) for k in keys})
+    return Summary(points, sorted(metrics, key=_metric_order), cells)
+
+
+def fmt(cell: Optional[tuple[float, float]], runs: int) -> str:
+    """``0.412 ± 0.013`` (or ``0.412`` for one run, ``–`` for none)."""
+    if cell is None:
+        return "–"
+    return f"{cell[0]:.3f}" if runs < 2 else f"{cell[0]:.3f} ± {cell[1]:.3f}"
+
+
+def completed(point: Point) -> str:
+    """``2/3``: completed runs of all the point's runs."""
+    return f"{sum(r.status == 'completed' for r in point.runs)}/{len(point.runs)}"
+
+
+def table_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted rows (one per point) shared by the console and Markdown tables."""
+    head = ["point", "completed runs", *map(header, summary.metrics)]
+    rows = []
+    for point, cells in zip(summary.points, summary.cells):
+        runs = len(point.used)
+        rows.append([point.label, completed(point), *(fmt(cells.get(m), runs) for m in summary.metrics)])
+    return head, rows
+
+
+def transpose(head: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """One row per metric and one column per point (for narrow consoles)."""
+    columns = [head, *rows]
+    return [c[0] for c in columns], [[c[i] for c in columns] for i in range(1, len(head))]
+
+
+def _width(head: list[str], rows: list[list[str]]) -> int:
+    """Characters a rich table needs without wrapping."""
+    return sum(max(len(cell) for cell in column) + 3 for column in zip(head, *rows)) + 1
+
+
+NOTES = (
+    "Mean ± sample std over seeds (completed runs). Held-out greedy accuracy and pass@k "
+    "(fractions) are for the final checkpoint (`final_eval.json`; without it, the last in-training "
+    "evaluation). Entropy by token source (nats/token) is the mean over the last "
+    f"{TAIL:.0%} of training steps, clipped tokens by source (% of tokens) the mean over all training "
+    "steps; plain = unseeded samples, prefix = behaviour-policy prefix tokens, suffix = the "
+    "continuation of a seeded sample."
+)
+
+
+def failures_text(points: list[Point]) -> list[str]:
+    """One line per failed or unfinished run, with its error when known."""
+    return [f"{r.path.name}: {r.status}" + (f" — {r.error}" if r.error else "") for p in points for r in p.failures]
+
+
+def markdown(summary: Summary, title: str, images: list[Path]) -> str:
+    """The summary as Markdown: table, notes, failures and the plots."""
+    head, rows = table_rows(summary)
+    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    lines += ["", NOTES, ""]
+    failed = failures_text(summary.points)
+    if failed:
+        lines += ["## Failed or unfinished runs", "", *(f"- {line}" for line in failed), ""]
+    lines += [f"![{image.stem}]({image.name})" for image in images]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(summary: Summary) -> str:
+    """The summary as CSV: settings, run counts, then ``<metric>_mean`` and ``<metric>_std`` (empty when absent)."""
+    keys = list(dict.fromkeys(k for p in summary.points for k in p.settings))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["point", *keys, "runs", "completed", "used", *(f"{m}_{s}" for m in summary.metrics for s in ("mean", "std"))])
+    for point, cells in zip(summary.points, summary.cells):
+        done = sum(r.status == "completed" for r in point.runs)
+        stats = [f"{x:.6g}" if m in cells else "" for m in summary.metrics for x in cells.get(m, (0.0, 0.0))]
+        writer.writerow([point.label, *(point.settings.get(k, "") for k in keys), len(point.runs), done, len(point.used), *stats])
+    return buffer.getvalue()
+
+
+def print_table(summary: Summary, title: str) -> None:
+    """The summary as a rich table on the console, failures below it: a row per metric when that fits, else a row per point."""
+    from rich.table import Table
+
+    from tsctl.progress import console
+
+    head, rows = table_rows(summary)
+    if _width(*transpose(head, rows)) <= console.width:
+        head, rows = transpose(head, rows)
+    table = Table(title=title, title_justify="left")
+    for name in head:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for line in failures_text(summary.points):
+        console.print(f"[red]{line}[/red]", highlight=False)
+
+
+def log_images(images: list[Path], runs: list[Run]) -> None:
+    """Log ``images`` to the active wandb run, if there is one, at the runs' last step."""
+    wandb = sys.modules.get("wandb")
+    if wandb is None or wandb.run is None:
+        return
+    step = max((r.get("step", 0) for run in runs for r in run.records), default=0)
+    wandb.run.log({f"plots/{p.stem}": wandb.Image(str(p), caption=p.stem) for p in images}, step=step)
+
+
+def report(path: Path, echo: bool = True) -> Path:
+    """Write the summary (Markdown, CSV) and the plots of the sweep or run at ``path``; return the output folder."""
+    from tsctl import atomic
+    from tsctl.plots import draw_all
+
+    path = Path(path)
+    runs = find_runs(path)
+    single = is_run_folder(path)
+    out = path / ("plots" if single else "report")
+    points = group_points(runs, single=single)
+    summary = summarize(points)
+    images = draw_all(points, out)
+    title = f"{'Run' if single else 'Sweep'} {path.name}"
+    atomic.write_text(out / "summary.md", markdown(summary, title, images))
+    atomic.write_text(out / "summary.csv", csv_text(summary))
+    if echo:
+        print_table(summary, title)
+    log_images(images, runs)
+    return out
