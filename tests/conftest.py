@@ -1,6 +1,8 @@
 """Shared fixtures: micro-sized overrides so end-to-end runs take seconds."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,12 @@ def micro(tmp_path: Path, model_cache: Path) -> list[str]:
         *MICRO_TASK,
         "engine.max_new_tokens=24",
     ]
+
+
+def tsctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python -m tsctl ARGS``; unless ``check`` is off, fail with its output when it exits non-zero."""
+    env = {**os.environ, "TSCTL_NO_PROGRESS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tsctl", *args], capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc

@@ -260,7 +260,7 @@ def test_countdown_solutions_are_diverse():
     assert len({s.split("\n")[0] for s in solutions}) >= 5
     assert {"5*3=15\n15+7=22\n22+2=24\nAnswer: 24", "3*5=15\n15+7=22\n22+2=24\nAnswer: 24"} & set(solutions)
     heldout = make("countdown", 10, 1000, 3).problems("heldout")
-    assert len({p.solution.split("\n")[0] for p in heldout}) >= 500
+    assert len({p.solution.split("\n")[0] for p in heldout}) >= 150  # of about 300 possible first steps with numbers up to 10
     assert Counter(p.solution.count("\n") for p in heldout).keys() == {1, 2, 3}
 
 
@@ -272,7 +272,7 @@ def test_countdown_unreachable_target_is_an_error():
 def test_countdown_generated_problems_follow_config():
     for problem in make("countdown", 2000, 10, 5).problems("train"):
         numbers, target = parse_question(problem.question)
-        assert 3 <= len(numbers) <= 4 and all(1 <= n <= 20 for n in numbers)
+        assert 3 <= len(numbers) <= 4 and all(1 <= n <= 10 for n in numbers)
         assert 1 <= target <= 200 and target not in numbers and problem.answer == str(target)
 
 

@@ -103,7 +103,7 @@ def test_hand_computed_batch_mixing_prefix_suffix_and_plain_tokens():
 
 @pytest.mark.slow
 def test_seed_then_rollout_then_train_chain_through_the_cli(micro, tmp_path):
-    from tests.test_train_e2e import tsctl
+    from conftest import tsctl
     from tsctl.seeds.shards import read_shard
 
     knobs = [*micro, "ratio=50", "refresh=2", "truncation=uniform", "trainer.save_rollouts=true"]

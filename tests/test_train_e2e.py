@@ -10,19 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tsctl
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
 VOLATILE = ("time/", "tokens_per_s", "eval/seconds")
-
-
-def tsctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "tsctl", *args], capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def metrics(run: Path) -> list[dict]:
