@@ -30,10 +30,10 @@ from dataclasses import fields
 from typing import Sequence
 
 from tsctl.config.schema import ArithmeticConfig
-from tsctl.tasks.base import Problem, Split
+from tsctl.tasks.base import Problem
+from tsctl.tasks.synthetic import SyntheticTask, draw_distinct
 
 _INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
-_MAX_FAILED_DRAWS = 10_000
 
 
 def format_question(terms: Sequence[int], signs: Sequence[int]) -> str:
@@ -71,16 +71,10 @@ def worked_solution(terms: Sequence[int], signs: Sequence[int], rng: random.Rand
     return "\n".join(lines)
 
 
-class ArithmeticTask:
-    """Procedurally generated addition/subtraction chains with disjoint train and held-out splits.
-
-    Each split comes from its own random stream of ``data_seed`` (held-out first; train rejects
-    questions already drawn), so a split is deterministic and every prefix of it is stable when
-    its size grows. Questions are distinct across both splits.
-    """
+class ArithmeticTask(SyntheticTask):
+    """Procedurally generated addition/subtraction chains with disjoint train and held-out splits."""
 
     name = "arithmetic"
-    answer_marker = "Answer:"
 
     def __init__(self, cfg: ArithmeticConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
         # A plain copy: reading an OmegaConf node's attributes is slow in the generation loop.
@@ -89,19 +83,8 @@ class ArithmeticTask:
             raise ValueError("task.arithmetic.min_terms/max_terms: need 2 <= min_terms <= max_terms")
         if cfg.max_digits < 1:
             raise ValueError("task.arithmetic.max_digits must be >= 1")
+        super().__init__(train_size, heldout_size, data_seed)
         self.cfg = cfg
-        self.sizes: dict[str, int] = {"train": train_size, "heldout": heldout_size}
-        self.data_seed = data_seed
-        self._splits: dict[str, list[Problem]] = {}
-
-    def problems(self, split: Split) -> Sequence[Problem]:
-        """All problems of ``split`` (``train`` or ``heldout``), generated on first use."""
-        if split not in self.sizes:
-            raise ValueError(f"unknown split {split!r}; choose train or heldout")
-        if split not in self._splits:
-            taken = {p.question for p in self.problems("heldout")} if split == "train" else set()
-            self._splits[split] = self._generate(split, taken)
-        return self._splits[split]
 
     def reward(self, problem: Problem, response: str) -> float:
         """1.0 if the text after the last ``Answer:`` is the gold integer, else 0.0 (never raises)."""
@@ -114,27 +97,17 @@ class ArithmeticTask:
     def _generate(self, split: str, taken: set[str]) -> list[Problem]:
         rng = random.Random(f"arithmetic:{split}:{self.data_seed}")
         solution_rng = random.Random(f"arithmetic:{split}:{self.data_seed}:solutions")
-        problems: list[Problem] = []
-        questions: set[str] = set()
-        failed = 0
-        while len(problems) < self.sizes[split]:
+
+        def draw() -> tuple[str, tuple[list[int], list[int]]]:
             terms, signs = self._draw(rng)
-            value = sum(t * s for t, s in zip(terms, signs))
-            question = format_question(terms, signs)
-            if value < 0 or question in questions or question in taken:
-                failed += 1
-                if failed >= _MAX_FAILED_DRAWS:
-                    raise ValueError(
-                        f"arithmetic: found only {len(questions)} distinct {split} questions (plus "
-                        f"{len(taken)} held out); raise task.arithmetic.max_digits or max_terms, or "
-                        f"lower task.train_size / task.heldout_size"
-                    )
-                continue
-            failed = 0
-            questions.add(question)
-            solution = worked_solution(terms, signs, solution_rng)
-            problems.append(Problem(f"arithmetic-{split}-{len(problems)}", question, str(value), solution))
-        return problems
+            negative = sum(t * s for t, s in zip(terms, signs)) < 0
+            return ("" if negative else format_question(terms, signs)), (terms, signs)
+
+        rows = draw_distinct(draw, self.sizes[split], taken, "arithmetic", "task.arithmetic.max_digits or max_terms")
+        return [
+            Problem(f"arithmetic-{split}-{i}", question, str(sum(t * s for t, s in zip(terms, signs))), worked_solution(terms, signs, solution_rng))
+            for i, (question, (terms, signs)) in enumerate(rows)
+        ]
 
     def _draw(self, rng: random.Random) -> tuple[list[int], list[int]]:
         """Random terms (digit count uniform in 1..max_digits, no zero) and signs (the first is +1)."""

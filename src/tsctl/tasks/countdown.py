@@ -40,7 +40,8 @@ from typing import Sequence
 import numpy as np
 
 from tsctl.config.schema import CountdownConfig
-from tsctl.tasks.base import Problem, Split
+from tsctl.tasks.base import Problem
+from tsctl.tasks.synthetic import SyntheticTask, draw_distinct
 
 MAX_NUMBERS = 5
 """Largest supported ``max_numbers``: five numbers have 52,360 solution shapes to enumerate (about
@@ -51,7 +52,6 @@ _OP_TEXT = "+*-"
 _STEP = re.compile(r"([0-9]{1,12}) *([-+*]) *([0-9]{1,12}) *= *([0-9]{1,12})")
 _ANSWER = re.compile(r"Answer: *([0-9]{1,12})")
 _QUESTION = re.compile(r"Use ([0-9]+(?: [0-9]+)*) to make ([0-9]+)\.")
-_MAX_FAILED_DRAWS = 10_000
 _CELLS_PER_CHUNK = 1 << 19
 
 Step = tuple[int, int, int, int]
@@ -251,16 +251,10 @@ def _render(numbers: Sequence[int], target: int, shape: tuple[Step, ...], rng: r
     return "\n".join(lines)
 
 
-class CountdownTask:
-    """Procedurally generated countdown problems with disjoint train and held-out splits.
-
-    Each split comes from its own random stream of ``data_seed`` (held-out first; train rejects
-    questions already drawn), so a split is deterministic and every prefix of it is stable when
-    its size grows. Questions are distinct across both splits.
-    """
+class CountdownTask(SyntheticTask):
+    """Procedurally generated countdown problems with disjoint train and held-out splits."""
 
     name = "countdown"
-    answer_marker = "Answer:"
 
     def __init__(self, cfg: CountdownConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
         # A plain copy: reading an OmegaConf node's attributes is slow in the generation loop.
@@ -271,19 +265,8 @@ class CountdownTask:
             )
         if cfg.max_number < 1 or cfg.max_target < 1:
             raise ValueError("task.countdown.max_number and task.countdown.max_target must be >= 1")
+        super().__init__(train_size, heldout_size, data_seed)
         self.cfg = cfg
-        self.sizes: dict[str, int] = {"train": train_size, "heldout": heldout_size}
-        self.data_seed = data_seed
-        self._splits: dict[str, list[Problem]] = {}
-
-    def problems(self, split: Split) -> Sequence[Problem]:
-        """All problems of ``split`` (``train`` or ``heldout``), generated on first use."""
-        if split not in self.sizes:
-            raise ValueError(f"unknown split {split!r}; choose train or heldout")
-        if split not in self._splits:
-            taken = {p.question for p in self.problems("heldout")} if split == "train" else set()
-            self._splits[split] = self._generate(split, taken)
-        return self._splits[split]
 
     def reward(self, problem: Problem, response: str) -> float:
         """1.0 if ``response`` is a correct solution of ``problem``, else 0.0 (never raises on a response)."""
@@ -292,24 +275,14 @@ class CountdownTask:
 
     def _generate(self, split: str, taken: set[str]) -> list[Problem]:
         rng = random.Random(f"countdown:{split}:{self.data_seed}")
-        rows: list[tuple[list[int], int]] = []
-        questions: dict[str, None] = {}
-        failed = 0
-        while len(rows) < self.sizes[split]:
+
+        def draw() -> tuple[str, tuple[list[int], int]]:
             numbers, target = self._draw(rng)
-            question = "" if target is None else format_question(numbers, target)
-            if not question or question in questions or question in taken:
-                failed += 1
-                if failed >= _MAX_FAILED_DRAWS:
-                    raise ValueError(
-                        f"countdown: found only {len(questions)} distinct {split} questions (plus "
-                        f"{len(taken)} held out); raise task.countdown.max_number, max_numbers or "
-                        f"max_target, or lower task.train_size / task.heldout_size"
-                    )
-                continue
-            failed = 0
-            questions[question] = None
-            rows.append((numbers, target))
+            return ("" if target is None else format_question(numbers, target)), (numbers, target)
+
+        found = draw_distinct(draw, self.sizes[split], taken, "countdown", "task.countdown.max_number, max_numbers or max_target")
+        questions = [q for q, _ in found]
+        rows = [row for _, row in found]
         solutions = sample_solutions(
             [n for n, _ in rows],
             [t for _, t in rows],
