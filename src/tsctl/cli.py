@@ -23,7 +23,8 @@ behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 [cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
 clip_c, kl_coef, dynamic_sampling, overlong), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group),
 [cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every),
-[cyan]eval[/cyan] (benchmarks, k, pass_k, limit), [cyan]logger[/cyan] (console|wandb).
+[cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
+[cyan]shards[/cyan] (seed/rollout: checkpoint, step, data_step, steps, out_dir, overwrite), [cyan]logger[/cyan] (console|wandb).
 
 Print the resolved config with [cyan]--cfg job[/cyan]; every key is documented in src/tsctl/config/schema.py.
 """
@@ -100,8 +101,7 @@ def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
 
 @app.command(epilog=KNOBS)
 def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
-    """Write a seed shard: full responses of a behaviour checkpoint (shards.checkpoint) for the prompts
-    train draws at steps shards.data_step.., with pi_b log-probs, entropies and cut points (needs ratio > 0)."""
+    """Write a seed shard: a behaviour checkpoint's full responses, log-probs and cut points for train's prompts (ratio > 0)."""
 
     def stage(c: Composed) -> None:
         from tsctl.stages import seed as run_seed
@@ -113,8 +113,7 @@ def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFla
 
 @app.command(epilog=KNOBS)
 def rollout(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
-    """Continue a seed shard with the current policy (shards.checkpoint), add plain samples, grade
-    them and write a rollout shard with rewards and advantages."""
+    """Continue a seed shard with the current policy, add plain samples, grade them and write a rollout shard."""
 
     def stage(c: Composed) -> None:
         from tsctl.stages import rollout as run_rollout

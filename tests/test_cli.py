@@ -1,0 +1,49 @@
+"""The command line: help for every command, --cfg job, and one-line errors for user mistakes."""
+
+import pytest
+from typer.testing import CliRunner
+
+from tsctl.cli import app
+
+runner = CliRunner()
+COMMANDS = ["warmup", "train", "seed", "rollout", "eval", "ablate", "report"]
+
+
+def test_top_level_help_lists_every_command():
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for command in COMMANDS:
+        assert command in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_explains_itself(command):
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "Usage: tsctl " + command in " ".join(result.output.split())
+    if command != "report":
+        assert "ratio" in result.output and "truncation" in result.output and "--cfg" in result.output
+
+
+def test_cfg_job_prints_the_resolved_config():
+    result = runner.invoke(app, ["train", "ratio=25", "trainer.steps=7", "--cfg", "job"])
+    assert result.exit_code == 0
+    assert "ratio: 25" in result.output and "steps: 7" in result.output and "truncation: uniform" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["train", "ratio=140"], "ratio"),
+        (["train", "truncation=middle"], "choose one of fixed"),
+        (["train", "trainer.stepz=3"], "unknown key"),
+        (["eval", "eval.checkpoint=/nonexistent/model"], "does not exist"),
+        (["train", "model.path=/nonexistent/model"], "does not exist"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_line_and_no_traceback(args, words, tmp_path):
+    result = runner.invoke(app, [*args, f"runs_dir={tmp_path}"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.output.startswith("error:") and words in result.output
+    assert result.output.count("\n") == 1
