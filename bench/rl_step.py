@@ -41,9 +41,10 @@ which tsctl applies at response positions only. The plain HF reference computes 
 position, so its LM-head term uses sum_i l_i instead of R.
 
     pip install -e ".[bench]"
-    python bench/rl_step.py [--rounds 3] [--steps 10] [--threads 1] [--gen-repeats 5] [--skip-trl]
+    python bench/rl_step.py [--rounds 3] [--steps 10] [--threads 1] [--gen-repeats 5] [--skip-trl] [--profile]
 
-Writes ``bench/results/<timestamp>.json`` and prints a table.
+Writes ``bench/results/<timestamp>.json`` and prints a table; ``--profile`` adds pyinstrument call
+trees of one run of each side (``<timestamp>-profile-<side>.txt``) for finding what bounds a figure.
 """
 
 from __future__ import annotations
@@ -561,6 +562,28 @@ def workdir(keep: str | None) -> Iterator[Path]:
             yield Path(tmp)
 
 
+def profile_sides(args: argparse.Namespace, s: Settings, model_dir: Path, work: Path, problems: list[Problem], out: Path, console: Console) -> list[Path]:
+    """pyinstrument call trees of short runs of each side (tsctl ratio 0 and 25, TRL), as text next to ``out``."""
+    from pyinstrument import Profiler
+
+    sides: dict[str, Callable[[], object]] = {
+        "tsctl-ratio0": lambda: run_tsctl(s, model_dir, work / "runs", "profile-ratio0", 0, args.steps),
+        "tsctl-ratio25": lambda: run_tsctl(s, model_dir, work / "runs", "profile-ratio25", 25, args.steps),
+    }
+    if not args.skip_trl:
+        sides["trl"] = lambda: run_trl(s, model_dir, work / "trl-profile", problems, args.steps, args.threads)
+    written = []
+    for name, side in sides.items():
+        with console.status(f"profiling {name}"):
+            profiler = Profiler(interval=0.005)
+            with profiler:
+                side()
+        path = out.with_name(f"{out.stem}-profile-{name}.txt")
+        path.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of (a), (b), (d) (default 3)")
@@ -570,6 +593,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--skip-trl", action="store_true", help="skip (a), e.g. when TRL is not installed")
     parser.add_argument("--workdir", default=None, help="keep run folders here (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="JSON path (default: bench/results/<timestamp>.json)")
+    parser.add_argument("--profile", action="store_true", help="also write pyinstrument call trees of each side (needs pyinstrument)")
     args = parser.parse_args(argv)
     if not args.skip_trl:
         try:
@@ -581,12 +605,15 @@ def main(argv: list[str] | None = None) -> dict:
     s = Settings()
     problems = list(build_task(TsctlConfig().task).problems("train"))
     watch = Stopwatch()
+    out = Path(args.out) if args.out else RESULTS / f"{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     with workdir(args.workdir) as work:
         model_dir = work / "model"
         save_bench_model(model_dir, s.seed)
         with console.status("(c) engine vs model.generate"):
             generation = bench_generation(s, model_dir, problems, args.gen_repeats)
         rounds = run_rounds(args, s, model_dir, work, problems, console)
+        profiles = profile_sides(args, s, model_dir, work, problems, out, console) if args.profile else []
     summary = summarise(rounds, generation)
     print_table(console, summary, args)
     report = {
@@ -595,10 +622,8 @@ def main(argv: list[str] | None = None) -> dict:
         "args": vars(args), "settings": asdict(s), "machine": machine(),
         "targets": {k: {"op": op, "value": v, "met_wall": met(k, summary[k]["wall"]["median"]), "met_cpu": met(k, summary[k]["cpu"]["median"])}
                     for k, (op, v) in TARGETS.items() if k in summary},
-        "summary": summary, "generation": generation, "rounds": rounds,
+        "summary": summary, "generation": generation, "rounds": rounds, "profiles": [str(p) for p in profiles],
     }
-    out = Path(args.out) if args.out else RESULTS / f"{dt.datetime.now():%Y%m%d-%H%M%S}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     console.print(f"wrote {out} in {report['seconds']:.0f}s")
     return report

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tsctl
 
 from tsctl.ablate import ablate, expand, sweep_name
 from tsctl.config.errors import ConfigError
@@ -27,14 +28,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def in_runs(micro: list[str], runs: Path) -> list[str]:
     """The micro overrides, writing into the module's runs_dir."""
     return [o for o in micro if not o.startswith("runs_dir=")] + [f"runs_dir={runs}"]
-
-
-def tsctl(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "tsctl", *args], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def steps(run: Path) -> list[int]:

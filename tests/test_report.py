@@ -52,8 +52,8 @@ def test_points_group_seeds_and_average_completed_runs_only(sweep):
     assert summary.metrics[:3] == ["greedy_accuracy", "pass@1", "pass@4"]
     mean, std = summary.cells[0]["greedy_accuracy"]
     assert mean == pytest.approx(0.3) and std == pytest.approx(mean_std([0.2, 0.4])[1]) and std == pytest.approx(0.1414, abs=1e-4)
-    assert summary.cells[1]["clip/prefix"][0] == pytest.approx(20.0)  # percent of tokens
-    assert "clip/prefix" not in summary.cells[0]  # ratio 0 has no prefix tokens
+    assert summary.cells[1]["clipped_pct/prefix"][0] == pytest.approx(20.0)  # percent of tokens
+    assert "clipped_pct/prefix" not in summary.cells[0]  # ratio 0 has no prefix tokens
     assert summary.cells[0]["entropy/plain"][0] == pytest.approx(0.90)  # mean over the last 10% of steps (step 10)
 
 

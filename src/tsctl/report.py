@@ -174,7 +174,11 @@ def mean_of(records: Iterable[dict[str, Any]], key: str) -> Optional[float]:
 
 
 def final_values(run: Run) -> dict[str, float]:
-    """The summary metrics of one run (see the module docstring); absent ones are left out."""
+    """The summary metrics of one run, absent ones left out (see the module docstring for their windows).
+
+    Keys: ``greedy_accuracy`` and ``pass@<k>`` (fractions), ``entropy/<source>`` (nats/token),
+    ``clipped_pct/<source>`` (% of the source's tokens).
+    """
     out: dict[str, float] = {}
     evals = [r for r in run.records if "eval/greedy_accuracy" in r]
     if run.final:
@@ -189,7 +193,7 @@ def final_values(run: Run) -> dict[str, float]:
         if entropy is not None:
             out[f"entropy/{source}"] = entropy
         if clipped is not None:
-            out[f"clip/{source}"] = 100 * clipped
+            out[f"clipped_pct/{source}"] = 100 * clipped
     return out
 
 
@@ -216,7 +220,7 @@ def header(key: str) -> str:
     family, _, source = key.partition("/")
     if family == "entropy":
         return f"entropy {source} (nats/token)"
-    if family == "clip":
+    if family == "clipped_pct":
         return f"clipped {source} (% tokens)"
     return "held-out greedy acc." if key == "greedy_accuracy" else f"held-out {key}"
 
