@@ -12,19 +12,37 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder, fsync, then rename."""
+def write_bytes(path: Path, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, rename, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (POSIX; a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomically write ``text`` (UTF-8)."""
+    write_bytes(path, text.encode())
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -30,6 +29,8 @@ from typing import Any, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from tsctl import atomic
 
 _MAGIC = b"PAR1"
 _KIND_KEY = "tsctl.kind"
@@ -181,8 +182,8 @@ def write_shard(
     pq.write_table(table, sink)
     data = sink.getvalue()
     digest = hashlib.sha256(data).hexdigest()
-    _atomic_write(path, data)
-    _atomic_write(checksum, f"{digest}  {path.name}\n".encode())
+    atomic.write_bytes(path, memoryview(data))
+    atomic.write_bytes(checksum, f"{digest}  {path.name}\n".encode())
     return path
 
 
@@ -302,30 +303,3 @@ def _read_checksum(path: Path, fix: str) -> str:
     if parts[1] != path.name:
         raise ShardError(f"{path}: checksum file {checksum.name} belongs to {parts[1]!r}, not this shard; {fix}")
     return parts[0].lower()
-
-
-def _atomic_write(path: Path, data: bytes | pa.Buffer) -> None:
-    """Write ``data`` to ``path`` via a fsynced temp file in the same folder and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX; a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
