@@ -20,14 +20,13 @@ class MetricsSink:
         if cfg.name == "wandb":
             import wandb
 
-            os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
             self.wandb = wandb.init(
                 project=cfg.wandb_project,
                 name=f"{run.path.parent.name}/{run.path.name}",
                 id=f"{run.path.parent.name}-{run.path.name}",
                 dir=str(run.path),
                 config=OmegaConf.to_container(node, resolve=True),
-                mode=cfg.wandb_mode,
+                mode=os.environ.get("WANDB_MODE", cfg.wandb_mode),
                 resume="allow",
             )
 
