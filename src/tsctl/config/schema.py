@@ -146,8 +146,9 @@ class EngineConfig:
 
     name: str = "hf"
     """``hf`` (transformers; CPU or one GPU) or ``vllm`` (GPU)."""
-    temperature: float = 1.0
-    """Sampling temperature (> 0)."""
+    temperature: float = 0.6
+    """Sampling temperature (0 = greedy). 0.6 suits the built-in model: at 1.0 its samples solve half as
+    often as its greedy answers and RL there lowered greedy accuracy; large models usually train at 1.0."""
     top_p: float = 1.0
     """Nucleus sampling mass in (0, 1]."""
     max_new_tokens: int = 48
@@ -234,8 +235,8 @@ class TrainerConfig:
     """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
     epochs: int = 1
     """Passes over the batch per step."""
-    lr: float = 2e-4
-    """Peak learning rate of AdamW."""
+    lr: float = 5e-5
+    """Peak learning rate of AdamW (2e-4 made the built-in model's held-out accuracy fall)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     warmup_steps: int = 5
