@@ -44,7 +44,7 @@ def test_prefix_ratio_is_one_when_pi_b_is_the_current_policy(setup):
     assert sum(s.seeded for s in samples) > 0
     batch = pack(samples, torch.zeros(len(samples)), fmt.pad_id)
     with torch.no_grad():
-        current, _ = response_logprobs(model, batch)
+        current, _ = response_logprobs(model, batch, cfg.engine.temperature)
     prefix = batch.source == PREFIX
     ratio = torch.exp(current - old_logprobs(current, batch))[prefix]
     assert ratio.numel() > 0
