@@ -306,7 +306,8 @@ def test_arithmetic_worked_solutions_vary_and_hold(terms, signs, value, first_li
 
 
 def test_arithmetic_generated_problems_follow_config():
-    for problem in make("arithmetic", 2000, 10, 5).problems("train"):
+    cfg = ArithmeticConfig(min_terms=3, max_terms=4, max_digits=2)
+    for problem in make("arithmetic", 2000, 10, 5, cfg).problems("train"):
         expression = re.fullmatch(r"Compute (\d+(?:[-+]\d+)+)\.", problem.question).group(1)
         terms = [int(t) for t in re.split("[-+]", expression)]
         assert 3 <= len(terms) <= 4 and all(1 <= t <= 99 for t in terms)

@@ -33,7 +33,7 @@ class TinyModelConfig:
 class WarmupConfig:
     """Supervised warm-up of the built-in model on the task's worked solutions (``tsctl warmup``)."""
 
-    examples: int = 30000
+    examples: int = 40000
     """Training examples drawn from the task's train split (cycled if the split is smaller)."""
     batch_size: int = 64
     """Sequences per optimiser step."""
@@ -87,7 +87,7 @@ class ArithmeticConfig:
 
     min_terms: int = 3
     """Fewest terms in the expression."""
-    max_terms: int = 4
+    max_terms: int = 5
     """Most terms in the expression."""
     max_digits: int = 1
     """Each term has 1..max_digits digits (2 is much harder for the built-in model: ~4% after warm-up)."""
@@ -128,8 +128,8 @@ class TaskConfig:
     """``countdown`` (default: early tokens carry real choices), ``arithmetic`` or ``file``."""
     heldout_size: int = 1000
     """Held-out problems of a synthetic task (never overlapping the train split)."""
-    train_size: int = 30000
-    """Training problems of a synthetic task (warm-up sees each once by default)."""
+    train_size: int = 50000
+    """Training problems of a synthetic task."""
     data_seed: int = 1234
     """Seed of the synthetic generators; train and held-out splits are disjoint for every seed."""
     countdown: CountdownConfig = field(default_factory=CountdownConfig)
