@@ -31,8 +31,9 @@ def rollout_metrics(samples: Sequence[Sample], batch: RolloutBatch, entropy: tor
     sums.add_tokens("entropy", entropy, batch.resp_mask)
     sums.add_pairs("entropy_by_pos", absolute_bins(entropy, batch.resp_mask, position_bins))
     sums.add_pairs("entropy_by_rel", relative_deciles(entropy, batch.resp_mask))
-    sums.add_pairs("entropy_by_source", split_by_source(entropy, batch.resp_mask, batch.source))
-    sums.add_pairs("tokens_by_source", {k: (c, batch.resp_mask.sum()) for k, (_, c) in split_by_source(entropy, batch.resp_mask, batch.source).items()})
+    by_source = split_by_source(entropy, batch.resp_mask, batch.source)
+    sums.add_pairs("entropy_by_source", by_source)
+    sums.add_pairs("tokens_by_source", {k: (count, batch.resp_mask.sum()) for k, (_, count) in by_source.items()})
     out.update(sums.means())
     seeded = [s for s in samples if s.seeded]
     if seeded:
