@@ -93,7 +93,7 @@ def test_logprobs_follow_temperature_and_top_p(model):
 
 
 def test_early_finished_rows_leave_the_others_unchanged(model, monkeypatch):
-    # Flat sampling over the vocabulary makes EOS frequent, so most rows finish early and are dropped.
+    # Flat sampling over the vocabulary makes EOS frequent, so rows finish early and are dropped in rounds.
     kept_rows: list[int] = []
     reorder = Cache.reorder_cache
     monkeypatch.setattr(Cache, "reorder_cache", lambda self, rows: (kept_rows.append(len(rows)), reorder(self, rows)))
@@ -102,6 +102,52 @@ def test_early_finished_rows_leave_the_others_unchanged(model, monkeypatch):
     assert any(0 < n <= len(requests) // 2 for n in kept_rows)
     assert any(c.finished for c in completions) and any(not c.finished for c in completions)
     assert_logprobs_match(model, requests, completions, temperature=3.0)
+
+
+def entropy_of(logits: torch.Tensor) -> torch.Tensor:
+    logp = logits.log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def test_entropies_of_generated_and_prefix_tokens_match_teacher_forcing(model):
+    requests = [Request(p) for p in PROMPTS] + [Request(PROMPTS[0], (6, 7, 8, 9)), Request(PROMPTS[1], (33,)), Request(PROMPTS[3], (3, 4))]
+    params = SamplingParams(temperature=0.7, top_p=0.8, max_new_tokens=10, seed=6)
+    completions = HFEngine(model, EOS, PAD, batch_size=4).generate(requests, params)
+    for request, completion in zip(requests, completions):
+        # Entropy of the tempered distribution before the nucleus cut, at every generated token.
+        logits = teacher_forced_logits(model, request, completion.token_ids) / 0.7
+        torch.testing.assert_close(torch.tensor(completion.entropies), entropy_of(logits), atol=1e-4, rtol=0)
+        # The prefix, teacher-forced after the prompt.
+        prefix = list(request.prefix_ids)
+        logits = teacher_forced_logits(model, Request(request.prompt_ids), prefix) / 0.7
+        assert len(completion.prefix_entropies) == len(prefix)
+        torch.testing.assert_close(torch.tensor(completion.prefix_entropies), entropy_of(logits), atol=1e-4, rtol=0)
+
+
+def test_greedy_entropies_are_the_models_own(model):
+    request = Request(PROMPTS[1], (5, 6))
+    completion = HFEngine(model, EOS, PAD).generate([request], SamplingParams(temperature=0, max_new_tokens=6))[0]
+    logits = teacher_forced_logits(model, request, completion.token_ids)
+    torch.testing.assert_close(torch.tensor(completion.entropies), entropy_of(logits), atol=1e-4, rtol=0)
+    assert max(completion.logprobs) <= 0 and len(completion.prefix_entropies) == 2
+
+
+def test_a_requests_own_limit_stops_its_row_only(model):
+    free_run = greedy_reference(model, PROMPTS[1], 9, eos=-1)
+    engine = HFEngine(model, -1, PAD)
+    params = SamplingParams(temperature=0, max_new_tokens=9)
+    short, capped, full = engine.generate(
+        [Request(PROMPTS[1], max_new_tokens=3), Request(PROMPTS[1], max_new_tokens=50), Request(PROMPTS[1])], params
+    )
+    assert short.token_ids == free_run[:3] and not short.finished and len(short.entropies) == 3
+    assert capped.token_ids == full.token_ids == free_run
+    # A limit that ends before a row's EOS leaves it unfinished; rows that stop early are dropped.
+    requests = [Request(p, max_new_tokens=2 + i % 5) for i, p in enumerate(PROMPTS * 6)]
+    completions = engine.generate(requests, SamplingParams(temperature=3.0, max_new_tokens=40, seed=1))
+    assert [len(c.token_ids) for c in completions] == [r.max_new_tokens for r in requests]
+    assert_logprobs_match(model, requests, completions, temperature=3.0)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        engine.generate([Request(PROMPTS[0], max_new_tokens=0)], params)
 
 
 def test_greedy_is_argmax_and_equals_generate(model):

@@ -89,15 +89,17 @@ def test_prompts_are_prompt_then_prefix_ids():
 
 def test_sampling_params_carry_ours_with_one_seed_per_request():
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=12, seed=3)
-    built = build_sampling_params(FakeSamplingParams, params, eos_id=2, count=4)
+    requests = [Request((1,)), Request((1,), (4, 5), max_new_tokens=5), Request((1,), max_new_tokens=40), Request((3,))]
+    built = build_sampling_params(FakeSamplingParams, params, eos_id=2, requests=requests)
     first = built[0].__dict__
     assert first["n"] == 1 and first["temperature"] == 0.7 and first["top_p"] == 0.9
     assert first["max_tokens"] == 12 and first["logprobs"] == 0
     assert first["ignore_eos"] and first["stop_token_ids"] == [2] and not first["detokenize"]
+    assert [p.max_tokens for p in built] == [12, 5, 12, 12]  # a request's own limit, capped by the params'
     seeds = [p.seed for p in built]
     assert len(set(seeds)) == 4
-    assert seeds == [p.seed for p in build_sampling_params(FakeSamplingParams, params, 2, 4)]
-    assert seeds != [p.seed for p in build_sampling_params(FakeSamplingParams, SamplingParams(seed=4), 2, 4)]
+    assert seeds == [p.seed for p in build_sampling_params(FakeSamplingParams, params, 2, requests)]
+    assert seeds != [p.seed for p in build_sampling_params(FakeSamplingParams, SamplingParams(seed=4), 2, requests)]
 
 
 def test_outputs_become_completions():

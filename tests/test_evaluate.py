@@ -97,6 +97,19 @@ def test_entropy_does_not_depend_on_the_chunking(monkeypatch: pytest.MonkeyPatch
     assert chunked == pytest.approx(whole, rel=1e-5)
 
 
+def test_entropy_the_engine_reports_equals_the_teacher_forced_one() -> None:
+    from tsctl.engines.base import Request, SamplingParams
+    from tsctl.engines.hf import HFEngine
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tokenizer, seed=0).eval()
+    prompts = [[1, 7, 9], [1, 12], [1, 20, 21, 22]] * 3
+    engine = HFEngine(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    completions = engine.generate([Request(p) for p in prompts], SamplingParams(temperature=0.7, max_new_tokens=10, seed=2))
+    teacher = scores.mean_entropy(model, prompts, [c.token_ids for c in completions], 0.7, tokenizer.pad_token_id)
+    assert 0 < teacher and scores.reported_entropy(completions) == pytest.approx(teacher, abs=1e-5)
+
+
 def test_checkpoints_are_chosen_by_step_and_results_placed_beside_them(micro: list[str], tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()

@@ -14,8 +14,9 @@ What one step does, top to bottom:
    group-normalised ``(r - mean) / (std + eps)`` over the prompt's samples (``algo.norm_adv_by_std``
    off: Dr. GRPO; ``seeds.adv_group=plain``: statistics over plain samples only). Optional DAPO
    overlong penalty or masking, and DAPO dynamic sampling (drop all-equal groups, draw more).
-5. **Old log-probs.** One no-grad forward of pi_old over the batch; the ratio of a prefix token is
-   taken against its stored pi_b log-prob, of every other token against pi_old.
+5. **Old log-probs.** pi_old's log-probs as the ``hf`` engine reported them while sampling, or
+   one no-grad forward over the batch (``trainer.old_logprobs``, see ``trainer/pi_old.py``); the
+   ratio of a prefix token is taken against its stored pi_b log-prob, of every other token against pi_old.
 6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
    token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
 7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
@@ -46,7 +47,8 @@ from tsctl.runs import RunDir, open_run
 from tsctl.seeds.bank import SeedBank
 from tsctl.sinks import MetricsSink
 from tsctl.tasks.registry import build_task
-from tsctl.trainer.batch import old_logprobs, pack, response_logprobs
+from tsctl.trainer import pi_old
+from tsctl.trainer.batch import old_logprobs, pack
 from tsctl.trainer.checkpoint import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
 from tsctl.trainer.heldout import heldout_metrics
 from tsctl.seeds.shards import write_shard
@@ -169,9 +171,12 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
         write_shard(rollouts_dir / f"step-{step + 1:06d}.parquet", "rollout", rollout_columns(samples, advantages, step), overwrite=True)
 
     t1 = time.perf_counter()
-    with torch.no_grad():
-        pi_old, entropy = _forward_chunks(model, batch, e.temperature or 1.0, tr)
-        ref = _forward_chunks(ref_model, batch, e.temperature or 1.0, tr, entropy=False)[0] if ref_model is not None else None
+    temperature = e.temperature or 1.0
+    if pi_old.from_engine(cfg, engine, model):
+        old, entropy = pi_old.engine_stats(samples, batch)
+    else:
+        old, entropy = pi_old.recompute(model, batch, temperature, tr.micro_batch_size)
+    ref = pi_old.recompute(ref_model, batch, temperature, tr.micro_batch_size, entropy=False)[0] if ref_model is not None else None
     timings["time/old_logprobs"] = time.perf_counter() - t1
     loss_mask = batch.resp_mask.clone()
     if not cfg.seeds.train_prefix:
@@ -181,7 +186,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
 
     t2 = time.perf_counter()
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step, SHUFFLE_SEED))
-    update = policy_update(model, optimizer, scheduler, batch, old_logprobs(pi_old, batch), loss_mask, cfg, generator, ref)
+    update = policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), loss_mask, cfg, generator, ref)
     timings["time/update"] = time.perf_counter() - t2
     engine.load_weights(model.state_dict())
     trained_tokens = int(batch.attention_mask.sum()) * tr.epochs
@@ -227,18 +232,3 @@ def _informative(samples: list[Sample]) -> list[Sample]:
     for s in samples:
         by_group.setdefault(s.group, []).append(s.reward)
     return [s for s in samples if len(set(by_group[s.group])) > 1]
-
-
-def _forward_chunks(model, batch, temperature: float, tr, entropy: bool = True):
-    """No-grad log-probs (and entropies) [B, T] in micro-batch chunks."""
-    size = tr.micro_batch_size or len(batch)
-    logps, ents = [], []
-    T = batch.resp_mask.shape[1]
-    for start in range(0, len(batch), size):
-        sub = batch.rows(torch.arange(start, min(start + size, len(batch))))
-        lp, ent = response_logprobs(model, sub, temperature, with_entropy=entropy)
-        pad = T - lp.shape[1]
-        logps.append(torch.nn.functional.pad(lp, (0, pad)))
-        if entropy:
-            ents.append(torch.nn.functional.pad(ent, (0, pad)))
-    return torch.cat(logps), (torch.cat(ents) if entropy else None)

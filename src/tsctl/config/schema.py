@@ -245,6 +245,11 @@ class TrainerConfig:
     """After warm-up: ``constant`` or ``cosine``."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm."""
+    old_logprobs: str = "auto"
+    """Source of pi_old's log-probs (and pi_b's in new seeds): ``engine`` takes the ones the rollout
+    engine computed while sampling (no extra forward; needs ``engine=hf`` and ``engine.top_p=1``),
+    ``recompute`` runs a no-grad forward of the batch, ``auto`` is ``engine`` with the ``hf`` engine
+    at top_p 1 in float32 (where the two agree to ~1e-5) and ``recompute`` otherwise."""
     save_rollouts: bool = False
     """Also write each step's samples as a rollout shard ``rollouts/step-N.parquet``."""
     save_every: int = 25

@@ -16,6 +16,7 @@ from tsctl.config.schema import TsctlConfig
 TASKS = ("countdown", "arithmetic", "file")
 ENGINES = ("hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16")
+OLD_LOGPROBS = ("auto", "engine", "recompute")
 DEVICES = ("auto", "cpu", "cuda")
 OVERLONG = ("none", "mask", "penalty")
 ADV_GROUPS = ("all", "plain")
@@ -127,6 +128,13 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     for key in ("micro_batch_size", "weight_decay", "warmup_steps", "max_grad_norm", "save_every", "keep_checkpoints", "eval_every"):
         _non_negative(f"trainer.{key}", getattr(tr, key))
     _one_of("trainer.schedule", tr.schedule, SCHEDULES)
+    _one_of("trainer.old_logprobs", tr.old_logprobs, OLD_LOGPROBS)
+    if tr.old_logprobs == "engine" and (e.name != "hf" or e.top_p != 1):
+        raise ConfigError(
+            "trainer.old_logprobs",
+            f"'engine' needs engine=hf with engine.top_p=1 (got engine={e.name}, top_p={e.top_p:g}): other engines' "
+            "numerics differ from the trainer's and a nucleus changes the distribution; use auto or recompute",
+        )
     samples = tr.batch_size * tr.n
     if samples % tr.mini_batches:
         raise ConfigError("trainer.mini_batches", f"{tr.mini_batches} must divide trainer.batch_size * trainer.n = {samples}")

@@ -38,10 +38,22 @@ class Request:
         prompt_ids: token ids of the prompt, shape [P].
         prefix_ids: token ids the sample must continue from (a behaviour-policy prefix), shape [S];
             empty for a plain on-policy sample.
+        max_new_tokens: this request's own limit on generated tokens (at most the sampling params'
+            ``max_new_tokens``, which applies when it is None). Thinking Seeds sets it so that prefix
+            plus continuation fit the response budget.
     """
 
     prompt_ids: Sequence[int]
     prefix_ids: Sequence[int] = field(default_factory=tuple)
+    max_new_tokens: int | None = None
+
+    def token_limit(self, params: SamplingParams) -> int:
+        """Most tokens to generate for this request under ``params``."""
+        if self.max_new_tokens is None:
+            return params.max_new_tokens
+        if self.max_new_tokens < 1:
+            raise ValueError(f"a request's max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        return min(self.max_new_tokens, params.max_new_tokens)
 
 
 @dataclass
@@ -52,15 +64,32 @@ class Completion:
         token_ids: generated token ids, shape [G] (excludes prompt and prefix; includes EOS if hit).
         logprobs: log-probability of each generated token under the sampling distribution, shape [G].
         finished: True when the sample ended with EOS, False when cut at max_new_tokens.
+        entropies: entropy (nats) of the model's next-token distribution at the sampling
+            temperature (before any top-p cut) at each generated token, shape [G]; None when the
+            backend does not report it.
+        prefix_entropies: entropies, as ``entropies``, at each of the request's prefix tokens
+            (teacher-forced after the prompt), shape [S]; None when not reported.
+
+    At temperature 0, log-probs and entropies are those of the model's own distribution
+    (temperature 1).
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finished: bool
+    entropies: list[float] | None = None
+    prefix_entropies: list[float] | None = None
 
 
 class Engine(Protocol):
-    """A rollout backend."""
+    """A rollout backend.
+
+    ``reports_token_stats`` is True when every completion carries ``entropies`` and
+    ``prefix_entropies``, and its log-probs are computed with the trainer's own weights and numerics,
+    so the trainer may take pi_old from the engine instead of recomputing it.
+    """
+
+    reports_token_stats: bool
 
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
         """Sample one completion per request, in request order."""

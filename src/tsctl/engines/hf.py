@@ -8,7 +8,12 @@ A lean decode loop in place of ``model.generate``. Per chunk of requests:
 - the additive attention mask is built once and sliced per step, positions count real tokens only;
 - each step calls the model's own forward for the last position only, then samples (temperature,
   top-p) with a seeded generator;
-- once at most half of the rows are still running, finished rows are dropped from the batch.
+- each request may carry its own token limit (Thinking Seeds continuations get what the prefix
+  left of the response budget); a row stops at EOS or at its limit;
+- once a quarter of the rows in the batch have stopped, they are dropped from it;
+- besides the sampled tokens' log-probs, the engine reports the entropy at every generated token
+  and at every prefix token (read off the prefill), so the trainer needs no second forward for
+  pi_old (``reports_token_stats``).
 
 Requests are sorted by length to limit padding and chunked to ``batch_size``; results come back in
 request order.
@@ -99,12 +104,13 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def sample(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row and its log-probability under the distribution sampled from.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw one token per row, with its log-probability and the entropy of the row's distribution.
 
-    That distribution is softmax(logits / temperature) restricted to the top-p nucleus and
-    renormalised. At temperature 0 the token is the argmax and its log-probability is the model's own
-    (temperature 1, no nucleus).
+    Tokens are drawn from softmax(logits / temperature) restricted to the top-p nucleus and
+    renormalised; the log-probability is under that distribution. The entropy is that of
+    softmax(logits / temperature) before the nucleus cut (what the trainer measures). At temperature
+    0 the token is the argmax and both come from the model's own distribution (temperature 1).
 
     Args:
         logits: [B, V] next-token logits, any float dtype.
@@ -112,19 +118,29 @@ def sample(
         generator: source of randomness, on the logits' device.
 
     Returns:
-        tokens [B] (long) and their log-probabilities [B] (float32).
+        tokens [B] (long), their log-probabilities [B] and the entropies [B] (float32).
     """
     logits = logits.float()
+    if params.temperature != 0:
+        logits = logits / params.temperature
+    full = logits.log_softmax(dim=-1)
+    entropy = -(full.exp() * full).sum(dim=-1)  # as tempered_entropies(), without redoing the log-softmax
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
+        logprobs = full
     else:
-        logits = logits / params.temperature
-        if params.top_p < 1:
-            logits = top_p_filter(logits, params.top_p)
-    logprobs = logits.log_softmax(dim=-1)
-    if params.temperature != 0:
+        logprobs = top_p_filter(logits, params.top_p).log_softmax(dim=-1) if params.top_p < 1 else full
         tokens = inverse_cdf_sample(logprobs.exp(), generator)
-    return tokens, logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    return tokens, logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1), entropy
+
+
+def tempered_entropies(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropies [...] (nats, float32) of softmax(logits / temperature) for logits [..., V]; temperature 0 reads as 1."""
+    logits = logits.float()
+    if temperature != 0:
+        logits = logits / temperature
+    logp = logits.log_softmax(dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
 
 
 def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -184,6 +200,8 @@ class HFEngine:
         batch_size: most sequences decoded together.
     """
 
+    reports_token_stats = True
+
     def __init__(self, model: PreTrainedModel, eos_id: int, pad_id: int, batch_size: int = 256) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -199,7 +217,7 @@ class HFEngine:
         self.batch_size = batch_size
         forward_args = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
-        self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in forward_args else {}
+        self._keep_last = "logits_to_keep" in forward_args
 
     @property
     def device(self) -> torch.device:
@@ -212,6 +230,8 @@ class HFEngine:
         seqs = [tuple(r.prompt_ids) + tuple(r.prefix_ids) for r in requests]
         if any(not s for s in seqs):
             raise ValueError("every request needs at least one prompt or prefix token")
+        limits = [r.token_limit(params) for r in requests]
+        prefix_lengths = [len(r.prefix_ids) for r in requests]
         order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i]), seqs[i]))
         generator = torch.Generator(device=self.device).manual_seed(params.seed)
         results: list[Completion | None] = [None] * len(seqs)
@@ -221,7 +241,10 @@ class HFEngine:
             with torch.inference_mode():
                 for start in range(0, len(order), self.batch_size):
                     chunk = order[start : start + self.batch_size]
-                    for i, completion in zip(chunk, self._generate_chunk([seqs[i] for i in chunk], params, generator)):
+                    completions = self._generate_chunk(
+                        [seqs[i] for i in chunk], [prefix_lengths[i] for i in chunk], [limits[i] for i in chunk], params, generator
+                    )
+                    for i, completion in zip(chunk, completions):
                         results[i] = completion
         finally:
             self.model.train(was_training)
@@ -241,77 +264,94 @@ class HFEngine:
                     own[name].copy_(tensor)
 
     def _forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Cache
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Cache, keep: int = 1
     ) -> torch.Tensor:
-        """Run the model on ids [N, Q] with mask [N, 1, Q, K] and positions [N, Q]; return last logits [N, V]."""
+        """Run the model on ids [N, Q] with mask [N, 1, Q, K] and positions [N, Q]; return the last ``keep`` logits [N, keep, V]."""
+        keep_arg = {"logits_to_keep": keep} if self._keep_last else {}
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-            **{self._cache_arg: cache}, **self._keep_last,
+            **{self._cache_arg: cache}, **keep_arg,
         )
-        return out.logits[:, -1]
+        return out.logits[:, -keep:]
 
-    def _prefill(self, seqs: list[tuple[int, ...]], capacity: int) -> tuple[Cache, torch.Tensor, torch.Tensor]:
+    def _prefill(
+        self, seqs: list[tuple[int, ...]], prefix_lengths: list[int], capacity: int, temperature: float
+    ) -> tuple[Cache, torch.Tensor, torch.Tensor, list[list[float]]]:
         """Run the sequences [B] through the model once, each distinct sequence only once.
 
         Returns:
             the cache holding every row's keys and values (room for ``capacity`` positions), the
-            next-token logits [B, V] and the real-token mask [B, L] of the left-padded batch.
+            next-token logits [B, V], the real-token mask [B, L] of the left-padded batch, and per
+            row the entropies at its last ``prefix_lengths[i]`` tokens (its prefix).
         """
         unique: dict[tuple[int, ...], int] = {}
         rows = [unique.setdefault(s, len(unique)) for s in seqs]
         ids, real = left_pad(list(unique), self.pad_id, self.device)
         cache = Cache(layer_class_to_replicate=functools.partial(_PreallocatedLayer, capacity))
         positions = (real.cumsum(dim=1) - 1).clamp_min(0)
-        logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache)
+        span = max(prefix_lengths)
+        logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache, keep=span + 1)
+        # Left padding puts every row's last token at the end: logits [:, -1 - s : -1] predict its last s tokens.
+        prefix = tempered_entropies(logits[:, -1 - span : -1], temperature) if span else None
+        stats = [prefix[row, span - s :].tolist() if s else [] for row, s in zip(rows, prefix_lengths)]
+        logits = logits[:, -1]
         if len(unique) < len(seqs):
             index = torch.tensor(rows, device=ids.device)
             cache.reorder_cache(index)
             logits, real = logits[index], real[index]
-        return cache, logits, real
+        return cache, logits, real, stats
 
     def _generate_chunk(
-        self, seqs: list[tuple[int, ...]], params: SamplingParams, generator: torch.Generator
+        self, seqs: list[tuple[int, ...]], prefix_lengths: list[int], limits: list[int], params: SamplingParams, generator: torch.Generator
     ) -> list[Completion]:
-        """Decode one batch of at most ``batch_size`` sequences (prompt + prefix each)."""
-        steps, batch = params.max_new_tokens, len(seqs)
+        """Decode one batch of at most ``batch_size`` sequences (prompt + prefix each), row ``i`` for at most ``limits[i]`` tokens."""
+        steps, batch = max(limits), len(seqs)
         width = max(len(s) for s in seqs)
-        cache, logits, real = self._prefill(seqs, capacity=width + steps - 1)
+        cache, logits, real, prefix_entropies = self._prefill(seqs, prefix_lengths, width + steps - 1, params.temperature)
         device = real.device
 
         allowed = torch.cat([real, real.new_ones(batch, steps - 1)], dim=1)
         mask = additive_mask(allowed[:, None, None, :], self.model.dtype)  # [B, 1, 1, width + steps - 1]
         next_position = real.sum(dim=1, keepdim=True)  # [B, 1]
+        limit = torch.tensor(limits, device=device)  # [B]
         tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)
         logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+        entropy_table = torch.zeros((batch, steps), dtype=torch.float32, device=device)
         batch_rows = torch.arange(batch, device=device)  # request row of each batch row
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         for step in range(steps):
-            token, logprob = sample(logits, params, generator)
+            token, logprob, entropy = sample(logits, params, generator)
             tokens[batch_rows, step] = token
             logprobs[batch_rows, step] = logprob
-            done |= token == self.eos_id
+            entropy_table[batch_rows, step] = entropy
+            done |= (token == self.eos_id) | (limit[batch_rows] <= step + 1)
             if step == steps - 1:
                 break
             if (step + 1) % _CHECK_EVERY == 0:
                 running = int((~done).sum())
                 if running == 0:
                     break
-                if running <= len(done) // 2:
+                if running <= len(done) * 3 // 4:
                     keep = (~done).nonzero().squeeze(1)
                     cache.reorder_cache(keep)
                     mask, next_position, batch_rows, done, token = (
                         mask[keep], next_position[keep], batch_rows[keep], done[keep], token[keep]
                     )
-            logits = self._forward(token[:, None], mask[..., : width + step + 1], next_position, cache)
+            logits = self._forward(token[:, None], mask[..., : width + step + 1], next_position, cache)[:, -1]
             next_position += 1
-        return self._completions(tokens, logprobs)
+        return self._completions(tokens, logprobs, entropy_table, limit, prefix_entropies)
 
-    def _completions(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> list[Completion]:
-        """Cut each row of tokens/logprobs [B, T] after its first EOS."""
-        is_eos = tokens == self.eos_id
+    def _completions(
+        self, tokens: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor, limit: torch.Tensor,
+        prefix_entropies: list[list[float]],
+    ) -> list[Completion]:
+        """Cut each row of tokens/logprobs/entropies [B, T] after its first EOS or at its limit [B]."""
+        is_eos = (tokens == self.eos_id) & (torch.arange(tokens.shape[1], device=tokens.device) < limit[:, None])
         finished = is_eos.any(dim=1)
-        lengths = torch.where(finished, is_eos.int().argmax(dim=1) + 1, tokens.shape[1])
+        lengths = torch.where(finished, is_eos.int().argmax(dim=1) + 1, limit)
         return [
-            Completion(token_ids=t[:n], logprobs=lp[:n], finished=f)
-            for t, lp, n, f in zip(tokens.tolist(), logprobs.tolist(), lengths.tolist(), finished.tolist())
+            Completion(token_ids=t[:n], logprobs=lp[:n], finished=f, entropies=h[:n], prefix_entropies=ph)
+            for t, lp, h, n, f, ph in zip(
+                tokens.tolist(), logprobs.tolist(), entropies.tolist(), lengths.tolist(), finished.tolist(), prefix_entropies
+            )
         ]

@@ -47,14 +47,14 @@ def build_prompts(requests: Sequence[Request]) -> list[dict[str, list[int]]]:
     return [{"prompt_token_ids": [*r.prompt_ids, *r.prefix_ids]} for r in requests]
 
 
-def build_sampling_params(sampling_params_cls: Any, params: SamplingParams, eos_id: int, count: int) -> list[Any]:
-    """One ``vllm.SamplingParams`` per request (``sampling_params_cls`` is ``vllm.SamplingParams``)."""
+def build_sampling_params(sampling_params_cls: Any, params: SamplingParams, eos_id: int, requests: Sequence[Request]) -> list[Any]:
+    """One ``vllm.SamplingParams`` per request (``sampling_params_cls`` is ``vllm.SamplingParams``), with its own token limit."""
     return [
         sampling_params_cls(
-            n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
+            n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=request.token_limit(params),
             logprobs=0, seed=seed, ignore_eos=True, stop_token_ids=[eos_id], detokenize=False,
         )
-        for seed in request_seeds(params.seed, count)
+        for request, seed in zip(requests, request_seeds(params.seed, len(requests)))
     ]
 
 
@@ -83,6 +83,9 @@ class WeightLoaderExtension:
 class VLLMEngine:
     """Samples with vLLM from a local Hugging Face model folder.
 
+    It reports no entropies or prefix log-probs (``reports_token_stats`` is False): vLLM's kernels
+    differ from the trainer's, so the trainer recomputes pi_old itself.
+
     Args:
         model_path: folder written by ``save_pretrained`` (weights, config, tokenizer).
         eos_id: token that ends a sample.
@@ -92,6 +95,8 @@ class VLLMEngine:
         max_model_len: longest prompt + response; None takes the model's.
         seed: seed of vLLM's own generators.
     """
+
+    reports_token_stats = False
 
     def __init__(
         self,
@@ -122,7 +127,7 @@ class VLLMEngine:
             return []
         outputs = self.llm.generate(
             build_prompts(requests),
-            build_sampling_params(self._sampling_params_cls, params, self.eos_id, len(requests)),
+            build_sampling_params(self._sampling_params_cls, params, self.eos_id, requests),
             use_tqdm=False,
         )
         return [to_completion(output) for output in outputs]

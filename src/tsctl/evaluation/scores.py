@@ -5,7 +5,8 @@
   when its reward is 1.
 - ``greedy_accuracy`` is the share of problems solved by one temperature-0 response.
 - ``entropy`` is the token-mean entropy (nats) of the model's sampling distribution (logits divided by
-  ``engine.temperature``, as in training) at each token of the sampled responses, teacher-forced.
+  ``engine.temperature``, as in training) at each token of the sampled responses: as the engine
+  reported it while sampling, or teacher-forced when the engine reports none (vLLM).
 - ``mean_length`` (tokens) and ``truncation_rate`` (share cut at ``engine.max_new_tokens``) are over
   the sampled responses.
 """
@@ -20,7 +21,7 @@ from transformers import PreTrainedModel
 
 from tsctl.algo.passk import mean_pass_at_k
 from tsctl.config.schema import TsctlConfig
-from tsctl.engines.base import Engine, SamplingParams
+from tsctl.engines.base import Completion, Engine, SamplingParams
 from tsctl.evaluation.suites import Suite
 from tsctl.models.prompts import PromptFormatter
 from tsctl.scoring import Scored, sample_and_score
@@ -39,11 +40,15 @@ def score_suite(
     sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=cfg.seed)
     sampled = sample_and_score(engine, formatter, suite.task, suite.problems, sampling, n=k)
     greedy = sample_and_score(engine, formatter, suite.task, suite.problems, SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens))
-    prompts = [formatter.prompt_ids(p.question) for p in suite.problems for _ in range(k)]
-    responses = [c.token_ids for c in sampled.completions]
+    if all(c.entropies is not None for c in sampled.completions):
+        entropy = reported_entropy(sampled.completions)
+    else:
+        prompts = [formatter.prompt_ids(p.question) for p in suite.problems for _ in range(k)]
+        responses = [c.token_ids for c in sampled.completions]
+        entropy = mean_entropy(model, prompts, responses, e.temperature or 1.0, formatter.pad_id)
     metrics = {
         **solve_rates(sampled, greedy, cfg.eval.pass_k),
-        "entropy": mean_entropy(model, prompts, responses, e.temperature or 1.0, formatter.pad_id),
+        "entropy": entropy,
         "mean_length": float(sampled.lengths.mean()),
         "truncation_rate": float((~sampled.finished).mean()),
     }
@@ -59,6 +64,12 @@ def solve_rates(sampled: Scored, greedy: Scored, pass_k: Sequence[int]) -> dict[
     for k in sorted({1, *pass_k}):
         rates[f"pass@{k}"] = mean_pass_at_k(counts, solved, k)
     return rates
+
+
+def reported_entropy(completions: Sequence[Completion]) -> float:
+    """Token-mean of the entropies the engine reported at every generated token."""
+    values = [h for c in completions for h in c.entropies or []]
+    return sum(values) / len(values) if values else 0.0
 
 
 def mean_entropy(

@@ -13,6 +13,7 @@ from tsctl.engines.base import Engine, Request, SamplingParams
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.truncation import CutContext, choose_cut, find_answer_start
 from tsctl.tasks.base import Problem, Task
+from tsctl.trainer import pi_old
 from tsctl.trainer.batch import pack, response_logprobs
 from tsctl.trainer.samples import Sample
 
@@ -41,8 +42,9 @@ def seed_columns(
     ``serve_steps[i]`` is the training step that will use problem ``i``'s seeds (what the
     ``schedule`` strategy reads); by default the checkpoint's step.
 
-    The behaviour policy is ``model`` (the engine samples from it); log-probs and entropies come
-    from a teacher-forced forward of the same weights at the sampling temperature.
+    The behaviour policy is ``model`` (the engine samples from it). Log-probs and entropies at the
+    sampling temperature come from the engine when ``trainer.old_logprobs`` allows it (see
+    ``trainer/pi_old.py``), else from a teacher-forced forward of the same weights.
     """
     e = cfg.engine
     prompts = [formatter.prompt_ids(p.question) for p in problems]
@@ -50,7 +52,10 @@ def seed_columns(
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=sample_seed)
     completions = engine.generate(requests, params)
     samples = [Sample(group=i // k, prompt_id=problems[i // k].id, prompt_ids=r.prompt_ids, generated_ids=c.token_ids, generated_logprobs=c.logprobs, finished=c.finished) for i, (r, c) in enumerate(zip(requests, completions))]
-    logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, e.temperature or 1.0)
+    if pi_old.from_engine(cfg, engine, model):
+        logprobs, entropies = [c.logprobs for c in completions], [c.entropies for c in completions]
+    else:
+        logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, e.temperature or 1.0)
     marker = formatter.tokenizer.encode(task.answer_marker, add_special_tokens=False) if task.answer_marker else None
     bounds = boundary_ids(formatter)
     rng = np.random.default_rng(sample_seed)

@@ -55,7 +55,8 @@ def collect_groups(
 
     The first ``len(seeds[i])`` samples of group ``i`` continue those seeds' prefixes (one distinct
     seed each); the rest are plain. A response (prefix + continuation) is at most
-    ``params.max_new_tokens`` tokens: a continuation past that budget is cut and marked unfinished.
+    ``params.max_new_tokens`` tokens: a continuation gets what its prefix leaves of that budget
+    (at least one token) and is marked unfinished when it runs out.
     """
     plan: list[tuple[int, Seed | None]] = []
     requests: list[Request] = []
@@ -65,22 +66,22 @@ def collect_groups(
         for j in range(n):
             seed = group_seeds[j] if j < len(group_seeds) else None
             plan.append((i, seed))
-            requests.append(Request(prompt_ids=prompt, prefix_ids=seed.prefix_ids if seed else ()))
+            prefix = seed.prefix_ids if seed else ()
+            budget = max(1, params.max_new_tokens - len(prefix)) if prefix else None
+            requests.append(Request(prompt_ids=prompt, prefix_ids=prefix, max_new_tokens=budget))
     completions = engine.generate(requests, params)
     samples = []
     for (i, seed), request, out in zip(plan, requests, completions):
-        budget = params.max_new_tokens - len(request.prefix_ids)
-        ids, logprobs, finished = out.token_ids, out.logprobs, out.finished
-        if len(ids) > budget:
-            ids, logprobs, finished = ids[:budget], logprobs[:budget], False
         sample = Sample(
             group=first_group + i,
             prompt_id=problems[i].id,
             prompt_ids=list(request.prompt_ids),
-            generated_ids=list(ids),
-            generated_logprobs=list(logprobs),
-            finished=finished,
+            generated_ids=list(out.token_ids),
+            generated_logprobs=list(out.logprobs),
+            finished=out.finished,
         )
+        if out.entropies is not None:
+            sample.entropies = list(out.prefix_entropies or []) + list(out.entropies)
         if seed is not None and seed.prefix_ids:
             sample.prefix_ids, sample.prefix_logprobs = list(seed.prefix_ids), list(seed.prefix_logprobs)
             sample.behaviour_step, sample.behaviour_checkpoint = seed.behaviour_step, seed.checkpoint

@@ -25,6 +25,8 @@ class Sample:
         generated_logprobs: the sampler's log-probs of ``generated_ids``, shape [G].
         finished: the response ended with EOS (False: cut at the length limit).
         reward: the verifier's score of the whole response, in [0, 1].
+        entropies: the rollout policy's entropy at each response token (prefix, then
+            continuation), shape [S + G], as the engine reported it; empty when it reports none.
     """
 
     group: int
@@ -38,6 +40,7 @@ class Sample:
     behaviour_step: int = -1
     behaviour_checkpoint: str = ""
     reward: float = 0.0
+    entropies: list[float] = field(default_factory=list)
 
     @property
     def response_ids(self) -> list[int]:
