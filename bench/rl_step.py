@@ -17,7 +17,9 @@ DAPO loss with clip 0.2 / 0.28, no KL, lr 2e-4, temperature 1):
     batch of 128 sequences (16 prompts x 8), same sampling (temperature 1, no top-k, no top-p).
 (d) training tokens/s and achieved GFLOP/s of tsctl's update phase (``time/update``), against an
     fp32 1024x1024 ``torch.matmul`` peak measured in the same rounds with the same thread count. For
-    reference, a plain HF forward + backward + AdamW step on the same batch is measured too.
+    reference, a plain HF forward + backward + AdamW step on the same batch is measured too, and so
+    are matmuls of the update's own shapes (one mini-batch's tokens through one block's projections),
+    whose share of the square peak is what a model this narrow can reach at best.
 
 Equal work: the model is freshly initialised (the same weights for every side) and its EOS logit is
 pushed to -1e4 by a forward hook on the LM head, so no response stops early: every side generates
@@ -352,6 +354,28 @@ def matmul_peak(size: int = 1024, repeats: int = 10) -> dict[str, float]:
     return {clock: 2 * size**3 / statistics.median(t[clock] for t in runs) / 1e9 for clock in CLOCKS}
 
 
+def shape_matmul_peak(model: PreTrainedModel, tokens: int, repeats: int = 5) -> dict[str, float]:
+    """GFLOP/s (wall and CPU) of fp32 matmuls shaped like the update's: ``tokens`` rows through each block projection.
+
+    One round multiplies a [tokens, in] activation by every [in, out] weight of one block (q, k, v,
+    o, gate, up, down), the shapes that carry most of the update's FLOPs; at the built-in model's
+    width they are far from the square-matrix peak, which bounds (d).
+    """
+    c = model.config
+    d, f, kv = c.hidden_size, c.intermediate_size, c.num_key_value_heads * (c.hidden_size // c.num_attention_heads)
+    shapes = [(d, d), (d, kv), (d, kv), (d, d), (d, f), (d, f), (f, d)]
+    pairs = [(torch.randn(tokens, i), torch.randn(i, o)) for i, o in shapes]
+
+    def run() -> None:
+        for a, b in pairs:
+            a @ b
+
+    run()
+    times = [timed(run)[1] for _ in range(repeats)]
+    flops = sum(2 * tokens * i * o for i, o in shapes)
+    return {clock: flops / statistics.median(t[clock] for t in times) / 1e9 for clock in CLOCKS}
+
+
 def layer_params(model: PreTrainedModel) -> int:
     """Parameters of the transformer blocks (the embedding and the tied LM head excluded)."""
     return sum(p.numel() for name, p in model.named_parameters() if ".layers." in name)
@@ -438,6 +462,7 @@ def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Pat
             "tsctl_ratio0": tsctl_side(0, r),
             "tsctl_ratio25": tsctl_side(25, r),
             "matmul_peak_gflops": matmul_peak,
+            "shape_matmul_gflops": lambda: shape_matmul_peak(flops_model, sum(step_lengths(s, formatter, problems, 0)) // s.mini_batches),
             "plain_update_gflops": lambda: plain_update(s, model_dir, problems),
         }
         if not args.skip_trl:
@@ -470,11 +495,13 @@ def round_figures(r: dict, clock: str) -> dict[str, float]:
         "train_tokens_per_s": statistics.median(t / u for t, u in zip(r0["train_tokens"], r0[f"{clock}_update_s"])),
         "update_gflops_per_s": statistics.median(f / u for f, u in zip(r0["update_gflop"], r0[f"{clock}_update_s"])),
         "matmul_peak_gflops": r["matmul_peak_gflops"][clock],
+        "shape_matmul_gflops": r["shape_matmul_gflops"][clock],
         "plain_update_gflops_per_s": r["plain_update_gflops"][clock],
     }
     fig["b_ratio25_over_ratio0"] = fig["tsctl_ratio25_step_mean_s"] / fig["tsctl_ratio0_step_mean_s"]
     fig["d_update_share_of_peak"] = fig["update_gflops_per_s"] / fig["matmul_peak_gflops"]
     fig["plain_update_share_of_peak"] = fig["plain_update_gflops_per_s"] / fig["matmul_peak_gflops"]
+    fig["shape_matmul_share_of_peak"] = fig["shape_matmul_gflops"] / fig["matmul_peak_gflops"]
     if clock == "wall":
         fig["ratio25_seeds_mean_s"] = mean(r25["wall_seeds_s"])
     if "trl" in r:
@@ -497,7 +524,8 @@ def summarise(rounds: list[dict], generation: dict) -> dict[str, dict[str, dict]
     per_clock = {clock: [round_figures(r, clock) for r in rounds] + generation_figures(generation, clock) for clock in CLOCKS}
     order = [*TARGETS, "tsctl_step_median_s", "trl_step_median_s", "tsctl_ratio0_step_mean_s", "tsctl_ratio25_step_mean_s",
              "ratio25_seeds_mean_s", "engine_tokens_per_s", "generate_tokens_per_s", "update_s", "train_tokens_per_s",
-             "update_gflops_per_s", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak"]
+             "update_gflops_per_s", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak",
+             "shape_matmul_gflops", "shape_matmul_share_of_peak"]
     out: dict[str, dict[str, dict]] = {}
     for name in order:
         for clock in CLOCKS:

@@ -10,7 +10,7 @@ def test_defaults_compose_to_the_documented_values():
     cfg = compose_config([]).cfg
     assert (cfg.ratio, cfg.truncation, cfg.refresh) == (0.0, "uniform", 10)
     assert cfg.task.name == "countdown" and cfg.model.path == "builtin" and cfg.algo.loss == "dapo"
-    assert (cfg.trainer.batch_size, cfg.trainer.n, cfg.trainer.mini_batches) == (16, 8, 2)
+    assert (cfg.trainer.steps, cfg.trainer.batch_size, cfg.trainer.n, cfg.trainer.mini_batches) == (400, 32, 8, 4)
 
 
 def test_overrides_reach_typed_fields_and_groups():

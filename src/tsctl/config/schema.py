@@ -223,13 +223,13 @@ class SeedsConfig:
 class TrainerConfig:
     """The RL loop."""
 
-    steps: int = 150
+    steps: int = 400
     """Optimiser steps of the outer loop (one batch of rollouts each)."""
-    batch_size: int = 16
+    batch_size: int = 32
     """Prompts per step."""
     n: int = 8
     """Responses per prompt (the GRPO group size)."""
-    mini_batches: int = 2
+    mini_batches: int = 4
     """Optimiser steps per batch (the batch is split into this many mini-batches)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
