@@ -10,7 +10,7 @@ from transformers.cache_utils import Cache
 from tsctl.config.schema import EngineConfig
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.factory import build_engine
-from tsctl.engines.hf import HFEngine, inverse_cdf_sample, top_p_filter
+from tsctl.engines.hf import HFEngine, decode_attention, inverse_cdf_sample, top_p_filter
 
 PAD, EOS, VOCAB = 0, 2, 50
 PROMPTS = [[5, 9, 11], [7, 3, 8, 21, 30, 4, 17], [12], [40, 41, 42, 43, 44]]
@@ -250,3 +250,30 @@ def test_eager_attention_samples_like_sdpa_and_other_kernels_are_refused(model):
     eager.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
         HFEngine(eager, EOS, PAD)
+
+
+def test_decode_attention_equals_sdpa_with_grouped_heads_and_padding():
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 4, 1, 8, generator=generator)
+    key, value = torch.randn(2, 3, 2, 6, 8, generator=generator)  # 2 key/value heads shared by 4 query heads
+    allowed = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1]], dtype=torch.bool)
+    mask = torch.zeros(3, 1, 1, 6).masked_fill(~allowed[:, None, None, :], torch.finfo(torch.float32).min)
+    ours, weights = decode_attention(torch.nn.Module(), query, key, value, mask, scaling=0.3)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key.repeat_interleave(2, dim=1), value.repeat_interleave(2, dim=1), attn_mask=mask, scale=0.3
+    ).transpose(1, 2)
+    assert weights is None and ours.shape == (3, 1, 4, 8)
+    torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
+
+
+def test_generate_restores_the_models_attention_even_when_it_fails(model, monkeypatch):
+    engine = HFEngine(model, EOS, PAD)
+    seen = []
+    forward = HFEngine._forward
+    monkeypatch.setattr(HFEngine, "_forward", lambda self, *a, **k: (seen.append(model.config._attn_implementation), forward(self, *a, **k))[1])
+    engine.generate([Request(PROMPTS[0])], SamplingParams(max_new_tokens=3))
+    assert set(seen) == {"tsctl_decode"} and model.config._attn_implementation == "sdpa"
+    monkeypatch.setattr(HFEngine, "_forward", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        engine.generate([Request(PROMPTS[0])], SamplingParams(max_new_tokens=3))
+    assert model.config._attn_implementation == "sdpa"

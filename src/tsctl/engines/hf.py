@@ -7,7 +7,8 @@ A lean decode loop in place of ``model.generate``. Per chunk of requests:
 - keys and values go to a cache preallocated for the whole decode (no per-step concatenation);
 - the additive attention mask is built once and sliced per step, positions count real tokens only;
 - each step calls the model's own forward for the last position only, then samples (temperature,
-  top-p) with a seeded generator;
+  top-p) with a seeded generator; on CPU, one-token attention is a plain matmul-softmax-matmul
+  (:func:`decode_attention`), faster there than the SDPA kernel at decode shapes;
 - each request may carry its own token limit (Thinking Seeds continuations get what the prefix
   left of the response budget); a row stops at EOS or at its limit;
 - once a quarter of the rows in the batch have stopped, they are dropped from it;
@@ -26,8 +27,9 @@ import inspect
 from typing import Sequence
 
 import torch
-from transformers import PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from tsctl.engines.base import Completion, Request, SamplingParams
 
@@ -84,6 +86,45 @@ class _PreallocatedLayer(CacheLayerMixin):
 
     def get_max_length(self) -> int:
         return self.capacity
+
+
+DECODE_ATTENTION = "tsctl_decode"
+"""Name under which :func:`decode_attention` is registered with transformers' ``AttentionInterface``."""
+
+
+def decode_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention in the engine: matmul-softmax-matmul for one-token queries, SDPA for longer ones.
+
+    Args:
+        query: [B, H, Q, D]; key, value: [B, Hkv, K, D] with Hkv dividing H (grouped-query heads
+            share the key/value head ``h // (H // Hkv)``, as ``repeat_kv`` lays them out).
+        attention_mask: additive [B, 1, Q, K] (or None).
+
+    Returns:
+        attention output [B, Q, H, D] and no weights (the ``AttentionInterface`` contract).
+    """
+    if query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # [B, Hkv, G, D]
+    scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim**-0.5 if scaling is None else scaling)  # [B, Hkv, G, K]
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, 0, :].unsqueeze(2)  # [B, 1, 1, K]
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(value.dtype)
+    return torch.matmul(weights, value).reshape(batch, 1, heads, dim), None
+
+
+AttentionInterface.register(DECODE_ATTENTION, decode_attention)
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -236,7 +277,10 @@ class HFEngine:
         generator = torch.Generator(device=self.device).manual_seed(params.seed)
         results: list[Completion | None] = [None] * len(seqs)
         was_training = self.model.training
+        attention = self.model.config._attn_implementation
         self.model.eval()
+        if self.device.type == "cpu":
+            self.model.config._attn_implementation = DECODE_ATTENTION
         try:
             with torch.inference_mode():
                 for start in range(0, len(order), self.batch_size):
@@ -248,6 +292,7 @@ class HFEngine:
                         results[i] = completion
         finally:
             self.model.train(was_training)
+            self.model.config._attn_implementation = attention
         return results  # type: ignore[return-value]
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
