@@ -19,7 +19,7 @@ DAPO loss with clip 0.2 / 0.28, no KL, lr 2e-4, temperature 1):
     fp32 1024x1024 ``torch.matmul`` peak measured in the same rounds with the same thread count. For
     reference, a plain HF forward + backward + AdamW step on the same batch is measured too, and so
     are matmuls of the update's own shapes (one mini-batch's tokens through one block's projections),
-    whose share of the square peak is what a model this narrow can reach at best.
+    what the update's GEMMs alone reach next to the square peak.
 
 Equal work: the model is freshly initialised (the same weights for every side) and its EOS logit is
 pushed to -1e4 by a forward hook on the LM head, so no response stops early: every side generates
@@ -358,8 +358,8 @@ def shape_matmul_peak(model: PreTrainedModel, tokens: int, repeats: int = 5) -> 
     """GFLOP/s (wall and CPU) of fp32 matmuls shaped like the update's: ``tokens`` rows through each block projection.
 
     One round multiplies a [tokens, in] activation by every [in, out] weight of one block (q, k, v,
-    o, gate, up, down), the shapes that carry most of the update's FLOPs; at the built-in model's
-    width they are far from the square-matrix peak, which bounds (d).
+    o, gate, up, down), the shapes that carry most of the update's FLOPs: what the update's GEMMs
+    alone reach on this machine, next to the square-matrix peak.
     """
     c = model.config
     d, f, kv = c.hidden_size, c.intermediate_size, c.num_key_value_heads * (c.hidden_size // c.num_attention_heads)
