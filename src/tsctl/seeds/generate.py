@@ -14,7 +14,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.truncation import CutContext, choose_cut, find_answer_start
 from tsctl.tasks.base import Problem, Task
 from tsctl.trainer import pi_old
-from tsctl.trainer.batch import pack, response_logprobs
+from tsctl.trainer.batch import pack
 from tsctl.trainer.samples import Sample
 
 
@@ -80,15 +80,8 @@ def seed_columns(
 
 
 def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, temperature: float, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:
-    """Per-sample log-probs and entropies of the generated tokens under ``model`` (fp32 logits)."""
-    logprobs, entropies = [], []
-    with torch.no_grad():
-        for start in range(0, len(samples), chunk):
-            part = samples[start : start + chunk]
-            batch = pack(part, torch.zeros(len(part)), pad_id)
-            lp, ent = response_logprobs(model, batch, temperature, with_entropy=True)
-            for row, s in enumerate(part):
-                n = len(s.generated_ids)
-                logprobs.append(lp[row, :n].tolist())
-                entropies.append(ent[row, :n].tolist())
-    return logprobs, entropies
+    """Per-sample log-probs and entropies of the generated tokens under ``model``, ``chunk`` rows per forward."""
+    batch = pack(samples, torch.zeros(len(samples)), pad_id)
+    lp, ent = pi_old.recompute(model, batch, temperature, micro_batch_size=chunk)
+    lengths = [len(s.generated_ids) for s in samples]
+    return [row[:n] for row, n in zip(lp.tolist(), lengths)], [row[:n] for row, n in zip(ent.tolist(), lengths)]
