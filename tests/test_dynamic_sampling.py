@@ -77,3 +77,12 @@ def test_refilling_stops_after_max_resample_rounds():
 def test_a_batch_with_no_informative_group_is_kept_whole():
     samples = run(problems_with(set()), rounds=2)
     assert sorted(groups_of(samples)) == [0, 1, 2, 3] and all(s.reward == 0 for s in samples)
+
+
+def test_seeded_run_with_dynamic_sampling_says_refills_carry_no_seeds(micro):
+    from conftest import tsctl
+
+    out = tsctl("train", *micro, "ratio=50", "refresh=1", "algo.dynamic_sampling=true", "trainer.steps=1", "trainer.eval_every=0")
+    assert "refill prompts get no seeds" in out.stderr + out.stdout
+    plain = tsctl("train", *micro, "name=plain", "algo.dynamic_sampling=true", "trainer.steps=1", "trainer.eval_every=0")
+    assert "refill prompts" not in plain.stderr + plain.stdout

@@ -93,12 +93,6 @@ def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
     def stage(c: Composed) -> None:
         from tsctl.train import train as run_train
 
-        if c.cfg.ratio > 0 and c.cfg.algo.dynamic_sampling:
-            console.print(
-                "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
-                f"ratio={c.cfg.ratio:g}% of the kept samples are seeded (the metrics' tokens_by_source show how many)",
-                highlight=False,
-            )
         run = run_train(c)
         console.print(f"run complete: {run.path}  (metrics in {run.metrics_file})")
 

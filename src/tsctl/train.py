@@ -42,7 +42,7 @@ from tsctl.engines.factory import build_engine
 from tsctl.models.builtin import ensure_builtin
 from tsctl.models.loading import load_model
 from tsctl.models.prompts import PromptFormatter
-from tsctl.progress import make_progress
+from tsctl.progress import console, make_progress
 from tsctl.runs import RunDir, open_run
 from tsctl.seeds.bank import SeedBank
 from tsctl.sinks import MetricsSink
@@ -99,6 +99,12 @@ def train(composed: Composed) -> RunDir:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     ref_model = load_model(base, cfg.model.dtype, cfg.model.device)[0].eval() if cfg.algo.kl_coef > 0 else None
     seeds = SeedBank(run.path / "seeds", cfg, formatter, task, problems) if cfg.ratio > 0 else None
+    if seeds is not None and cfg.algo.dynamic_sampling:
+        console.print(
+            "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
+            f"ratio={cfg.ratio:g}% of the kept samples are seeded (the metrics' tokens_by_source show how many)",
+            highlight=False,
+        )
     start = 0
     if resume_from:
         start, state = resume_from[0], load_state(resume_from[1])

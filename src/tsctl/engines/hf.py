@@ -31,6 +31,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from tsctl.algo.losses import entropy_from_logits
 from tsctl.engines.base import Completion, Request, SamplingParams
 
 _CHECK_EVERY = 4
@@ -165,7 +166,7 @@ def sample(
     if params.temperature != 0:
         logits = logits / params.temperature
     full = logits.log_softmax(dim=-1)
-    entropy = -(full.exp() * full).sum(dim=-1)  # as tempered_entropies(), without redoing the log-softmax
+    entropy = -(full.exp() * full).sum(dim=-1)
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
         logprobs = full
@@ -173,15 +174,6 @@ def sample(
         logprobs = top_p_filter(logits, params.top_p).log_softmax(dim=-1) if params.top_p < 1 else full
         tokens = inverse_cdf_sample(logprobs.exp(), generator)
     return tokens, logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1), entropy
-
-
-def tempered_entropies(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Entropies [...] (nats, float32) of softmax(logits / temperature) for logits [..., V]; temperature 0 reads as 1."""
-    logits = logits.float()
-    if temperature != 0:
-        logits = logits / temperature
-    logp = logits.log_softmax(dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1)
 
 
 def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -337,7 +329,7 @@ class HFEngine:
         span = max(prefix_lengths)
         logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache, keep=span + 1)
         # Left padding puts every row's last token at the end: logits [:, -1 - s : -1] predict its last s tokens.
-        prefix = tempered_entropies(logits[:, -1 - span : -1], temperature) if span else None
+        prefix = entropy_from_logits(logits[:, -1 - span : -1].float() / (temperature or 1.0)) if span else None
         stats = [prefix[row, span - s :].tolist() if s else [] for row, s in zip(rows, prefix_lengths)]
         logits = logits[:, -1]
         if len(unique) < len(seqs):
