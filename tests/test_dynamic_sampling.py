@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tsctl.config.compose import compose_config
 from tsctl.engines.base import Completion, SamplingParams
 from tsctl.tasks.base import Problem

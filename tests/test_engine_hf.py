@@ -211,6 +211,37 @@ def test_prefix_continues_where_the_prompt_left_off(model):
     assert seeded.token_ids == free_run[4:9]
 
 
+def test_prefixes_are_forced_in_the_decode_loop_after_one_prefill_per_prompt(model, monkeypatch):
+    # Seeded and plain rows of a prompt share its prefill; prefixes are fed one token per decode step.
+    prefill_shapes: list[tuple[int, int]] = []
+    forward = HFEngine._forward
+
+    def recording_forward(self, ids, *args, **kwargs):
+        if ids.shape[1] > 1:
+            prefill_shapes.append(tuple(ids.shape))
+        return forward(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(HFEngine, "_forward", recording_forward)
+    free_run = greedy_reference(model, PROMPTS[1], 8, eos=-1)
+    requests = [Request(PROMPTS[1]), Request(PROMPTS[1], tuple(free_run[:3]), max_new_tokens=5), Request(PROMPTS[0])]
+    plain, seeded, other = HFEngine(model, -1, PAD).generate(requests, SamplingParams(temperature=0, max_new_tokens=8))
+    assert prefill_shapes == [(2, len(PROMPTS[1]))]
+    assert plain.token_ids == free_run and seeded.token_ids == free_run[3:] and len(other.token_ids) == 8
+    assert len(seeded.prefix_entropies) == 3 and seeded.prefix_entropies == pytest.approx(plain.entropies[:3], abs=1e-5)
+
+
+def test_an_eos_inside_a_prefix_does_not_stop_the_row(model):
+    request = Request(PROMPTS[0], (EOS, 9, EOS), max_new_tokens=4)
+    completion = HFEngine(model, -1, PAD).generate([request], SamplingParams(temperature=0, max_new_tokens=6))[0]
+    assert len(completion.token_ids) == 4 and len(completion.prefix_entropies) == 3
+    assert completion.token_ids == greedy_reference(model, list(PROMPTS[0]) + [EOS, 9, EOS], 4, eos=-1)
+
+
+def test_a_request_without_prompt_is_refused(model):
+    with pytest.raises(ValueError, match="at least one prompt token"):
+        HFEngine(model, EOS, PAD).generate([Request((), (5, 6))], SamplingParams())
+
+
 def test_load_weights_copies_and_rejects_mismatches(model):
     other = tiny_model(seed=1)
     engine = HFEngine(tiny_model(seed=2), EOS, PAD)

@@ -2,21 +2,25 @@
 
 A lean decode loop in place of ``model.generate``. Per chunk of requests:
 
-- the sequences (prompt + prefix) are left-padded into one batch; identical sequences (the ``n``
-  samples of a prompt) are prefilled once and their keys and values copied to every sample;
+- the prompts are left-padded into one batch; each distinct prompt is prefilled once and its keys
+  and values copied to every row that starts from it (the ``n`` samples of a prompt, seeded or not);
+- a request's prefix (a Thinking Seeds behaviour prefix) is fed through the decode loop, one forced
+  token per step, before the row starts sampling. A row with a ``k``-token prefix and a limit of
+  ``m`` new tokens thus occupies steps ``0 .. k + m - 1``: with Thinking Seeds (``k + m`` is the
+  response budget) seeded and plain rows end together, and the cache is no wider than prompt plus
+  budget;
 - keys and values go to a cache preallocated for the whole decode (no per-step concatenation);
 - the additive attention mask is built once and sliced per step, positions count real tokens only;
 - each step calls the model's own forward for the last position only, then samples (temperature,
   top-p) with a seeded generator; on CPU, one-token attention is a plain matmul-softmax-matmul
   (:func:`decode_attention`), faster there than the SDPA kernel at decode shapes;
-- each request may carry its own token limit (Thinking Seeds continuations get what the prefix
-  left of the response budget); a row stops at EOS or at its limit;
-- once a quarter of the rows in the batch have stopped, they are dropped from it;
+- a row stops at a sampled EOS or at its limit; once a quarter of the rows in the batch have
+  stopped, they are dropped from it;
 - besides the sampled tokens' log-probs, the engine reports the entropy at every generated token
-  and at every prefix token (read off the prefill), so the trainer needs no second forward for
-  pi_old (``reports_token_stats``).
+  and at every prefix token (at the steps that force it), so the trainer needs no second forward
+  for pi_old (``reports_token_stats``).
 
-Requests are sorted by length to limit padding and chunked to ``batch_size``; results come back in
+Requests are sorted by prompt to limit padding and chunked to ``batch_size``; results come back in
 request order.
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -31,8 +36,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from tsctl.algo.losses import entropy_from_logits
 from tsctl.engines.base import Completion, Request, SamplingParams
+from tsctl.engines.fused_decode import FusedDecoder
 
 _CHECK_EVERY = 4
 """Decode steps between looks at how many rows are still running (one host sync each)."""
@@ -260,14 +265,12 @@ class HFEngine:
         """Sample one completion per request, in request order (see :class:`~tsctl.engines.base.Engine`)."""
         if params.temperature < 0 or not 0 < params.top_p <= 1 or params.max_new_tokens < 1:
             raise ValueError(f"invalid sampling params {params}")
-        seqs = [tuple(r.prompt_ids) + tuple(r.prefix_ids) for r in requests]
-        if any(not s for s in seqs):
-            raise ValueError("every request needs at least one prompt or prefix token")
-        limits = [r.token_limit(params) for r in requests]
-        prefix_lengths = [len(r.prefix_ids) for r in requests]
-        order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i]), seqs[i]))
+        if any(not r.prompt_ids for r in requests):
+            raise ValueError("every request needs at least one prompt token")
+        rows = [_Row(tuple(r.prompt_ids), tuple(r.prefix_ids), r.token_limit(params)) for r in requests]
+        order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt), rows[i].prompt))
         generator = torch.Generator(device=self.device).manual_seed(params.seed)
-        results: list[Completion | None] = [None] * len(seqs)
+        results: list[Completion | None] = [None] * len(rows)
         was_training = self.model.training
         attention = self.model.config._attn_implementation
         self.model.eval()
@@ -275,12 +278,10 @@ class HFEngine:
             self.model.config._attn_implementation = DECODE_ATTENTION
         try:
             with torch.inference_mode():
+                decoder = FusedDecoder.for_model(self.model) if self.device.type == "cpu" else None
                 for start in range(0, len(order), self.batch_size):
                     chunk = order[start : start + self.batch_size]
-                    completions = self._generate_chunk(
-                        [seqs[i] for i in chunk], [prefix_lengths[i] for i in chunk], [limits[i] for i in chunk], params, generator
-                    )
-                    for i, completion in zip(chunk, completions):
+                    for i, completion in zip(chunk, self._generate_chunk([rows[i] for i in chunk], params, generator, decoder)):
                         results[i] = completion
         finally:
             self.model.train(was_training)
@@ -311,46 +312,48 @@ class HFEngine:
         )
         return out.logits[:, -keep:]
 
-    def _prefill(
-        self, seqs: list[tuple[int, ...]], prefix_lengths: list[int], capacity: int, temperature: float
-    ) -> tuple[Cache, torch.Tensor, torch.Tensor, list[list[float]]]:
-        """Run the sequences [B] through the model once, each distinct sequence only once.
+    def _prefill(self, prompts: list[tuple[int, ...]], capacity: int) -> tuple[Cache, torch.Tensor, torch.Tensor]:
+        """Run the prompts [B] through the model once, each distinct prompt only once.
 
         Returns:
             the cache holding every row's keys and values (room for ``capacity`` positions), the
-            next-token logits [B, V], the real-token mask [B, L] of the left-padded batch, and per
-            row the entropies at its last ``prefix_lengths[i]`` tokens (its prefix).
+            next-token logits [B, V] and the real-token mask [B, L] of the left-padded batch.
         """
         unique: dict[tuple[int, ...], int] = {}
-        rows = [unique.setdefault(s, len(unique)) for s in seqs]
+        rows = [unique.setdefault(p, len(unique)) for p in prompts]
         ids, real = left_pad(list(unique), self.pad_id, self.device)
         cache = Cache(layer_class_to_replicate=functools.partial(_PreallocatedLayer, capacity))
         positions = (real.cumsum(dim=1) - 1).clamp_min(0)
-        span = max(prefix_lengths)
-        logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache, keep=span + 1)
-        # Left padding puts every row's last token at the end: logits [:, -1 - s : -1] predict its last s tokens.
-        prefix = entropy_from_logits(logits[:, -1 - span : -1].float() / (temperature or 1.0)) if span else None
-        stats = [prefix[row, span - s :].tolist() if s else [] for row, s in zip(rows, prefix_lengths)]
-        logits = logits[:, -1]
-        if len(unique) < len(seqs):
+        logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache)[:, -1]
+        if len(unique) < len(prompts):
             index = torch.tensor(rows, device=ids.device)
             cache.reorder_cache(index)
             logits, real = logits[index], real[index]
-        return cache, logits, real, stats
+        return cache, logits, real
 
     def _generate_chunk(
-        self, seqs: list[tuple[int, ...]], prefix_lengths: list[int], limits: list[int], params: SamplingParams, generator: torch.Generator
+        self, rows: list["_Row"], params: SamplingParams, generator: torch.Generator, decoder: FusedDecoder | None
     ) -> list[Completion]:
-        """Decode one batch of at most ``batch_size`` sequences (prompt + prefix each), row ``i`` for at most ``limits[i]`` tokens."""
-        steps, batch = max(limits), len(seqs)
-        width = max(len(s) for s in seqs)
-        cache, logits, real, prefix_entropies = self._prefill(seqs, prefix_lengths, width + steps - 1, params.temperature)
+        """Decode one batch of at most ``batch_size`` rows: each forces its prefix, then samples up to its limit.
+
+        Decode steps run through ``decoder`` when given, else through the model's forward.
+        """
+        batch = len(rows)
+        steps = max(len(r.prefix) + r.limit for r in rows)
+        width = max(len(r.prompt) for r in rows)
+        cache, logits, real = self._prefill([r.prompt for r in rows], width + steps - 1)
         device = real.device
 
         allowed = torch.cat([real, real.new_ones(batch, steps - 1)], dim=1)
         mask = additive_mask(allowed[:, None, None, :], self.model.dtype)  # [B, 1, 1, width + steps - 1]
         next_position = real.sum(dim=1, keepdim=True)  # [B, 1]
-        limit = torch.tensor(limits, device=device)  # [B]
+        starts = torch.tensor([len(r.prefix) for r in rows], device=device)  # first sampled step of each row
+        ends = starts + torch.tensor([r.limit for r in rows], device=device)  # [B] one past each row's last step
+        forcing = int(starts.max())
+        forced = torch.full((batch, forcing), self.pad_id, dtype=torch.long)  # [B, S] prefix ids, right-padded
+        for i, r in enumerate(rows):
+            forced[i, : len(r.prefix)] = torch.tensor(r.prefix, dtype=torch.long)
+        forced = forced.to(device)
         tokens = torch.full((batch, steps), self.pad_id, dtype=torch.long, device=device)
         logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
         entropy_table = torch.zeros((batch, steps), dtype=torch.float32, device=device)
@@ -358,10 +361,12 @@ class HFEngine:
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         for step in range(steps):
             token, logprob, entropy = sample(logits, params, generator)
+            if step < forcing:
+                token = torch.where(starts[batch_rows] > step, forced[batch_rows, step], token)
             tokens[batch_rows, step] = token
             logprobs[batch_rows, step] = logprob
             entropy_table[batch_rows, step] = entropy
-            done |= (token == self.eos_id) | (limit[batch_rows] <= step + 1)
+            done |= ((token == self.eos_id) & (starts[batch_rows] <= step)) | (ends[batch_rows] <= step + 1)
             if step == steps - 1:
                 break
             if (step + 1) % _CHECK_EVERY == 0:
@@ -374,21 +379,39 @@ class HFEngine:
                     mask, next_position, batch_rows, done, token = (
                         mask[keep], next_position[keep], batch_rows[keep], done[keep], token[keep]
                     )
-            logits = self._forward(token[:, None], mask[..., : width + step + 1], next_position, cache)[:, -1]
+            step_mask = mask[..., : width + step + 1]
+            if decoder is not None:
+                logits = decoder.step(token, step_mask, next_position, cache)
+            else:
+                logits = self._forward(token[:, None], step_mask, next_position, cache)[:, -1]
             next_position += 1
-        return self._completions(tokens, logprobs, entropy_table, limit, prefix_entropies)
+        return self._completions(tokens, logprobs, entropy_table, starts, ends)
 
     def _completions(
-        self, tokens: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor, limit: torch.Tensor,
-        prefix_entropies: list[list[float]],
+        self, tokens: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor
     ) -> list[Completion]:
-        """Cut each row of tokens/logprobs/entropies [B, T] after its first EOS or at its limit [B]."""
-        is_eos = (tokens == self.eos_id) & (torch.arange(tokens.shape[1], device=tokens.device) < limit[:, None])
+        """Split the step tables tokens/logprobs/entropies [B, T] into completions.
+
+        Row ``i`` forced its prefix at steps ``[0, starts[i])`` and sampled from ``starts[i]`` until its
+        first EOS or ``ends[i]``.
+        """
+        steps = torch.arange(tokens.shape[1], device=tokens.device)
+        sampled = (steps >= starts[:, None]) & (steps < ends[:, None])
+        is_eos = (tokens == self.eos_id) & sampled
         finished = is_eos.any(dim=1)
-        lengths = torch.where(finished, is_eos.int().argmax(dim=1) + 1, limit)
+        stops = torch.where(finished, is_eos.int().argmax(dim=1) + 1, ends)
         return [
-            Completion(token_ids=t[:n], logprobs=lp[:n], finished=f, entropies=h[:n], prefix_entropies=ph)
-            for t, lp, h, n, f, ph in zip(
-                tokens.tolist(), logprobs.tolist(), entropies.tolist(), lengths.tolist(), finished.tolist(), prefix_entropies
+            Completion(token_ids=t[s:e], logprobs=lp[s:e], finished=f, entropies=h[s:e], prefix_entropies=h[:s])
+            for t, lp, h, s, e, f in zip(
+                tokens.tolist(), logprobs.tolist(), entropies.tolist(), starts.tolist(), stops.tolist(), finished.tolist()
             )
         ]
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One request as the decode loop sees it: prompt ids (prefilled), prefix ids (forced), new-token limit."""
+
+    prompt: tuple[int, ...]
+    prefix: tuple[int, ...]
+    limit: int
