@@ -42,6 +42,12 @@ second term attention scores and values (full l x l, forward and backward) and t
 which tsctl applies at response positions only. The plain HF reference computes logits at every
 position, so its LM-head term uses sum_i l_i instead of R.
 
+tsctl runs each distinct prompt of a mini-batch through the model once (``trainer.share_prompts``), so
+its update executes fewer FLOPs than its rows stand for. (d) divides the FLOPs it executes: the two
+block terms scaled by the step's ``forward_token_share`` (tokens its forwards ran / tokens of its
+rows, from the run's metrics). ``update_model_gflops_per_s`` divides the whole rows' FLOPs instead:
+the work a row-by-row update would have done, per second of tsctl's update.
+
     pip install -e ".[bench]"
     python bench/rl_step.py [--rounds 3] [--steps 10] [--threads 1] [--gen-repeats 5] [--skip-trl] [--profile]
 
@@ -221,6 +227,7 @@ def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: in
         "wall_generate_s": [r["time/generate"] for r in records],
         "wall_old_logprobs_s": [r["time/old_logprobs"] for r in records],
         "train_tokens": [round(r["train_tokens_per_s"] * r["time/update"]) for r in records],
+        "forward_token_share": [r["forward_token_share"] for r in records],
     }
 
 
@@ -381,14 +388,14 @@ def layer_params(model: PreTrainedModel) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if ".layers." in name)
 
 
-def update_flops(model: PreTrainedModel, lengths: list[int], lm_head_tokens: int) -> float:
-    """Forward + backward FLOPs of rows of ``lengths`` tokens, the LM head applied at ``lm_head_tokens`` positions."""
+def update_flops(model: PreTrainedModel, lengths: list[int], lm_head_tokens: int, block_share: float = 1.0) -> float:
+    """Forward + backward FLOPs of rows of ``lengths`` tokens, the LM head applied at ``lm_head_tokens`` positions.
+
+    ``block_share`` scales the transformer blocks' terms: the share of the rows' tokens actually run through them.
+    """
     c = model.config
-    return (
-        6 * layer_params(model) * sum(lengths)
-        + 12 * c.num_hidden_layers * c.hidden_size * sum(n * n for n in lengths)
-        + 6 * c.hidden_size * c.vocab_size * lm_head_tokens
-    )
+    blocks = 6 * layer_params(model) * sum(lengths) + 12 * c.num_hidden_layers * c.hidden_size * sum(n * n for n in lengths)
+    return block_share * blocks + 6 * c.hidden_size * c.vocab_size * lm_head_tokens
 
 
 def step_lengths(s: Settings, formatter: PromptFormatter, problems: list[Problem], step: int) -> list[int]:
@@ -443,7 +450,9 @@ def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Pat
             out = run_tsctl(s, model_dir, work / "runs", f"ratio{ratio}-round{r}", ratio, args.steps)
             lengths = [step_lengths(s, formatter, problems, step) for step in range(args.steps)]
             assert out["train_tokens"] == [sum(x) for x in lengths], "token count differs from tsctl's own"
-            out["update_gflop"] = [update_flops(flops_model, x, lm_head_tokens=s.samples * s.max_new_tokens) / 1e9 for x in lengths]
+            head = s.samples * s.max_new_tokens
+            out["update_model_gflop"] = [update_flops(flops_model, x, head) / 1e9 for x in lengths]
+            out["update_gflop"] = [update_flops(flops_model, x, head, share) / 1e9 for x, share in zip(lengths, out["forward_token_share"])]
             return out
 
         return go
@@ -494,6 +503,8 @@ def round_figures(r: dict, clock: str) -> dict[str, float]:
         "update_s": statistics.median(r0[f"{clock}_update_s"]),
         "train_tokens_per_s": statistics.median(t / u for t, u in zip(r0["train_tokens"], r0[f"{clock}_update_s"])),
         "update_gflops_per_s": statistics.median(f / u for f, u in zip(r0["update_gflop"], r0[f"{clock}_update_s"])),
+        "update_model_gflops_per_s": statistics.median(f / u for f, u in zip(r0["update_model_gflop"], r0[f"{clock}_update_s"])),
+        "forward_token_share": statistics.median(r0["forward_token_share"]),
         "matmul_peak_gflops": r["matmul_peak_gflops"][clock],
         "shape_matmul_gflops": r["shape_matmul_gflops"][clock],
         "plain_update_gflops_per_s": r["plain_update_gflops"][clock],
@@ -524,7 +535,7 @@ def summarise(rounds: list[dict], generation: dict) -> dict[str, dict[str, dict]
     per_clock = {clock: [round_figures(r, clock) for r in rounds] + generation_figures(generation, clock) for clock in CLOCKS}
     order = [*TARGETS, "tsctl_step_median_s", "trl_step_median_s", "tsctl_ratio0_step_mean_s", "tsctl_ratio25_step_mean_s",
              "ratio25_seeds_mean_s", "engine_tokens_per_s", "generate_tokens_per_s", "update_s", "train_tokens_per_s",
-             "update_gflops_per_s", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak",
+             "update_gflops_per_s", "update_model_gflops_per_s", "forward_token_share", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak",
              "shape_matmul_gflops", "shape_matmul_share_of_peak"]
     out: dict[str, dict[str, dict]] = {}
     for name in order:

@@ -13,7 +13,8 @@ from transformers.cache_utils import Cache
 
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.fused_decode import FusedDecoder
-from tsctl.engines.hf import HFEngine, _PreallocatedLayer, left_pad, prefill_mask
+from tsctl.engines.hf import HFEngine, _PreallocatedLayer
+from tsctl.models.padding import left_pad, prefill_mask
 
 PAD, EOS, VOCAB = 0, 2, 50
 SIZES = dict(

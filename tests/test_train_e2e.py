@@ -36,9 +36,10 @@ def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path, mod
         "reward/mean", "reward/std", "accuracy", "zero_variance_groups", "entropy", "clip_low", "clip_high",
         "kl_k3", "grad_norm", "response_length/mean", "response_length/max", "truncation_rate",
         "generate_tokens_per_s", "train_tokens_per_s", "time/generate", "time/update", "entropy_by_pos/0-3",
-        "entropy_by_rel/00-10", "clipped_by_pos/0-3", "lr",
+        "entropy_by_rel/00-10", "clipped_by_pos/0-3", "lr", "forward_token_share",
     ):
         assert key in step, key
+    assert 0 < step["forward_token_share"] < 1  # the samples of a prompt share its forward
     assert "eval/greedy_accuracy" in records[0] and "eval/pass@1" in records[2]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "completed" and "torch" in manifest["versions"]

@@ -19,6 +19,7 @@ What one step does, top to bottom:
    ratio of a prefix token is taken against its stored pi_b log-prob, of every other token against pi_old.
 6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
    token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
+   Rows that share a prompt share one forward of it (``trainer.share_prompts``, same gradients).
 7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
    ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
    ``save_every`` steps, from which ``resume=true`` continues exactly.
@@ -181,8 +182,10 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     if pi_old.from_engine(cfg, engine, model):
         old, entropy = pi_old.engine_stats(samples, batch)
     else:
-        old, entropy = pi_old.recompute(model, batch, temperature, tr.micro_batch_size)
-    ref = pi_old.recompute(ref_model, batch, temperature, tr.micro_batch_size, entropy=False)[0] if ref_model is not None else None
+        old, entropy = pi_old.recompute(model, batch, temperature, tr.micro_batch_size, share_prompts=tr.share_prompts)
+    ref = None
+    if ref_model is not None:
+        ref = pi_old.recompute(ref_model, batch, temperature, tr.micro_batch_size, entropy=False, share_prompts=tr.share_prompts)[0]
     timings["time/old_logprobs"] = time.perf_counter() - t1
     loss_mask = batch.resp_mask.clone()
     if not cfg.seeds.train_prefix:

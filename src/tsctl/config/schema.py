@@ -250,6 +250,11 @@ class TrainerConfig:
     engine computed while sampling (no extra forward; needs ``engine=hf`` and ``engine.top_p=1``),
     ``recompute`` runs a no-grad forward of the batch, ``auto`` is ``engine`` with the ``hf`` engine
     at top_p 1 in float32 (where the two agree to ~1e-5) and ``recompute`` otherwise."""
+    share_prompts: bool = True
+    """Run each distinct prompt of a (micro-)batch through the policy once in the training forwards,
+    its keys and values shared by the rows that continue it (the same log-probs and gradients, up to
+    float rounding, as running every row whole; the prompt tokens' work falls by the rows per prompt).
+    Applies to models with ``eager`` or ``sdpa`` attention and prompts of two tokens or more."""
     save_rollouts: bool = False
     """Also write each step's samples as a rollout shard ``rollouts/step-N.parquet``."""
     save_every: int = 25

@@ -38,6 +38,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.fused_decode import FusedDecoder
+from tsctl.models.padding import additive_mask, left_pad, prefill_mask
 
 _CHECK_EVERY = 4
 """Decode steps between looks at how many rows are still running (one host sync each)."""
@@ -190,41 +191,6 @@ def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator) -> torch
     u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
     # u < cdf[:, -1] always, so the clamp only guards against a rand() that returns 1.0.
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
-
-
-def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token sequences into a batch.
-
-    Returns:
-        input ids [N, L] (long) and a mask [N, L] (bool) that is True on real tokens.
-    """
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    real = torch.zeros((len(seqs), width), dtype=torch.bool)
-    for row, seq in enumerate(seqs):
-        if seq:
-            ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            real[row, width - len(seq) :] = True
-    return ids.to(device), real.to(device)
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Turn a bool mask (True = may attend) into the additive float mask attention adds to its scores."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
-        ~allowed, torch.finfo(dtype).min
-    )
-
-
-def prefill_mask(real: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Causal mask over a left-padded batch, [N, 1, L, L]: a query sees earlier real tokens and itself.
-
-    Letting a pad query see itself keeps its softmax finite; no real token ever sees a pad.
-    """
-    width = real.shape[1]
-    causal = torch.ones(width, width, dtype=torch.bool, device=real.device).tril()
-    allowed = causal & real[:, None, None, :]
-    allowed |= torch.eye(width, dtype=torch.bool, device=real.device)
-    return additive_mask(allowed, dtype)
 
 
 class HFEngine:

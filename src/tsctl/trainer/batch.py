@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 
 from tsctl.algo.losses import entropy_from_logits, token_logprobs
 from tsctl.trainer.samples import PREFIX, Sample
+from tsctl.trainer.shared_prompts import can_share_prompts, prompt_groups, shared_prompt_hidden
 
 
 @dataclass
@@ -80,22 +81,58 @@ def pack(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int) -> Ro
 
 
 def response_logprobs(
-    model: PreTrainedModel, batch: RolloutBatch, temperature: float = 1.0, with_entropy: bool = False
+    model: PreTrainedModel, batch: RolloutBatch, temperature: float = 1.0, with_entropy: bool = False,
+    share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, T] of the response tokens under ``model`` (and entropies [B, T] if asked).
 
-    Logits are taken only at response positions: the decoder's hidden states are gathered there
-    before the LM head. They are divided by ``temperature`` so the log-probs are those of the
-    sampling distribution.
+    Logits are taken only at response positions. With ``share_prompts`` (and where
+    :func:`~tsctl.trainer.shared_prompts.can_share_prompts` allows), rows with the same prompt share
+    one forward of it (:mod:`tsctl.trainer.shared_prompts`); otherwise the padded rows run whole and
+    the decoder's hidden states are gathered at response positions. Logits are divided by
+    ``temperature`` so the log-probs are those of the sampling distribution.
     """
-    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-    index = batch.resp_index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-    logits = model.get_output_embeddings()(torch.gather(hidden, 1, index)).float()
+    logits = model.get_output_embeddings()(response_hidden(model, batch, share_prompts)).float()
     if temperature != 1.0:
         logits = logits / temperature
     logprobs = token_logprobs(logits, batch.response_ids)
     entropy = entropy_from_logits(logits) if with_entropy else None
     return logprobs, entropy
+
+
+def response_hidden(model: PreTrainedModel, batch: RolloutBatch, share_prompts: bool = True) -> torch.Tensor:
+    """Final hidden states [B, T, d]; position ``j`` of row ``i`` predicts response token ``j``."""
+    shared = prompt_sharing(model, batch, share_prompts)
+    if shared is not None:
+        return shared_prompt_hidden(model, *shared, batch.response_ids, batch.resp_mask)
+    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    return torch.gather(hidden, 1, batch.resp_index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+
+
+def prompt_sharing(
+    model: PreTrainedModel, batch: RolloutBatch, share_prompts: bool = True
+) -> tuple[list[tuple[int, ...]], torch.Tensor] | None:
+    """The distinct prompts and each row's index among them [B] when the forward of ``batch`` shares
+    prompts (asked for, and :func:`~tsctl.trainer.shared_prompts.can_share_prompts`); else None."""
+    if not share_prompts or _activation_checkpointing(model):
+        return None
+    prompts, group = prompt_groups(batch.input_ids, batch.attention_mask.sum(1) - batch.resp_mask.sum(1))
+    return (prompts, group) if can_share_prompts(model, prompts, len(batch)) else None
+
+
+def forward_tokens(model: PreTrainedModel, batch: RolloutBatch, share_prompts: bool = True) -> int:
+    """Real tokens the policy forward of ``batch`` runs: every row whole, or each distinct prompt's
+    context once plus every row's continuation (its last prompt token and its response)."""
+    shared = prompt_sharing(model, batch, share_prompts)
+    if shared is None:
+        return int(batch.attention_mask.sum())
+    return sum(len(p) - 1 for p in shared[0]) + int(batch.resp_mask.sum())
+
+
+def _activation_checkpointing(model: PreTrainedModel) -> bool:
+    """Whether the model recomputes activations in backward (which turns its cache off in training)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    return bool(model.is_gradient_checkpointing if flag is None else flag)
 
 
 def old_logprobs(policy_logprobs: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:

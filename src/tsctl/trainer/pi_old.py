@@ -53,16 +53,20 @@ def engine_stats(samples: Sequence[Sample], batch: RolloutBatch) -> tuple[torch.
 
 
 def recompute(
-    model: PreTrainedModel, batch: RolloutBatch, temperature: float, micro_batch_size: int, entropy: bool = True
+    model: PreTrainedModel, batch: RolloutBatch, temperature: float, micro_batch_size: int, entropy: bool = True,
+    share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """No-grad log-probs [B, T] (and entropies [B, T] when asked) of ``model``, ``micro_batch_size`` rows at a time (0: all)."""
+    """No-grad log-probs [B, T] (and entropies [B, T] when asked) of ``model``, ``micro_batch_size`` rows at a time (0: all).
+
+    ``share_prompts``: as in :func:`~tsctl.trainer.batch.response_logprobs`.
+    """
     size = micro_batch_size or len(batch)
     T = batch.resp_mask.shape[1]
     logps, ents = [], []
     with torch.no_grad():
         for start in range(0, len(batch), size):
             sub = batch.rows(torch.arange(start, min(start + size, len(batch))))
-            lp, ent = response_logprobs(model, sub, temperature, with_entropy=entropy)
+            lp, ent = response_logprobs(model, sub, temperature, with_entropy=entropy, share_prompts=share_prompts)
             pad = T - lp.shape[1]
             logps.append(torch.nn.functional.pad(lp, (0, pad)))
             if entropy:

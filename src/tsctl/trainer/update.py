@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 from tsctl.algo.losses import get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.schema import TsctlConfig
-from tsctl.trainer.batch import RolloutBatch, response_logprobs
+from tsctl.trainer.batch import RolloutBatch, forward_tokens, response_logprobs
 
 
 def policy_update(
@@ -55,7 +55,9 @@ def policy_update(
                 sub = batch.rows(idx)
                 T = sub.resp_mask.shape[1]
                 mask, old = loss_mask[idx][:, :T], old_logprobs[idx][:, :T]
-                logprobs, entropy = response_logprobs(model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0)
+                logprobs, entropy = response_logprobs(
+                    model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0, share_prompts=tr.share_prompts
+                )
                 loss, token_metrics = loss_fn(
                     logprobs, old, sub.advantages, mask,
                     clip_low=al.clip_low, clip_high=al.clip_high, clip_c=al.clip_c,
@@ -68,6 +70,7 @@ def policy_update(
                 if al.entropy_coef > 0:
                     loss = loss - al.entropy_coef * (entropy * mask).sum() / token_norm
                 loss.backward()
+                metrics.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts), int(sub.attention_mask.sum()))
                 _record(metrics, token_metrics, mask, sub, cfg)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tr.max_grad_norm or float("inf"))
             optimizer.step()
