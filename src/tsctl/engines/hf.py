@@ -267,16 +267,14 @@ class HFEngine:
                 if own[name].data_ptr() != tensor.data_ptr():  # the trainer's own model needs no copy
                     own[name].copy_(tensor)
 
-    def _forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Cache, keep: int = 1
-    ) -> torch.Tensor:
-        """Run the model on ids [N, Q] with mask [N, 1, Q, K] and positions [N, Q]; return the last ``keep`` logits [N, keep, V]."""
-        keep_arg = {"logits_to_keep": keep} if self._keep_last else {}
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Cache) -> torch.Tensor:
+        """Run the model on ids [N, Q] with mask [N, 1, Q, K] and positions [N, Q]; return the last position's logits [N, V]."""
+        keep_arg = {"logits_to_keep": 1} if self._keep_last else {}
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
             **{self._cache_arg: cache}, **keep_arg,
         )
-        return out.logits[:, -keep:]
+        return out.logits[:, -1]
 
     def _prefill(self, prompts: list[tuple[int, ...]], capacity: int) -> tuple[Cache, torch.Tensor, torch.Tensor]:
         """Run the prompts [B] through the model once, each distinct prompt only once.
@@ -290,7 +288,7 @@ class HFEngine:
         ids, real = left_pad(list(unique), self.pad_id, self.device)
         cache = Cache(layer_class_to_replicate=functools.partial(_PreallocatedLayer, capacity))
         positions = (real.cumsum(dim=1) - 1).clamp_min(0)
-        logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache)[:, -1]
+        logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache)
         if len(unique) < len(prompts):
             index = torch.tensor(rows, device=ids.device)
             cache.reorder_cache(index)
@@ -349,7 +347,7 @@ class HFEngine:
             if decoder is not None:
                 logits = decoder.step(token, step_mask, next_position, cache)
             else:
-                logits = self._forward(token[:, None], step_mask, next_position, cache)[:, -1]
+                logits = self._forward(token[:, None], step_mask, next_position, cache)
             next_position += 1
         return self._completions(tokens, logprobs, entropy_table, starts, ends)
 
