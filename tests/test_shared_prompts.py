@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tsctl.trainer.batch import forward_tokens, pack, response_logprobs
 from tsctl.trainer.pi_old import recompute
@@ -14,13 +14,14 @@ from tsctl.trainer.shared_prompts import can_share_prompts, prompt_groups
 PAD = 0
 
 
-def tiny_model(attention: str = "sdpa") -> LlamaForCausalLM:
+def tiny_model(attention: str = "sdpa", family: str = "llama") -> LlamaForCausalLM | Qwen2ForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(
+    model_class, config_class = {"llama": (LlamaForCausalLM, LlamaConfig), "qwen2": (Qwen2ForCausalLM, Qwen2Config)}[family]
+    config = config_class(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
         vocab_size=40, max_position_embeddings=128, pad_token_id=PAD, eos_token_id=2, bos_token_id=1,
     )
-    return LlamaForCausalLM._from_config(config, attn_implementation=attention)
+    return model_class._from_config(config, attn_implementation=attention)
 
 
 def sample(prompt: list[int], generated: list[int], prefix: list[int] = ()) -> Sample:
@@ -51,9 +52,9 @@ def logprobs_and_grads(model, batch, share: bool):
     return logprobs.detach(), entropy.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(attention):
-    model = tiny_model(attention).train()
+@pytest.mark.parametrize("attention, family", [("sdpa", "llama"), ("eager", "llama"), ("sdpa", "qwen2")])
+def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(attention, family):
+    model = tiny_model(attention, family).train()
     batch = batch_of(BATCH)
     shared = logprobs_and_grads(model, batch, share=True)
     whole = logprobs_and_grads(model, batch, share=False)
