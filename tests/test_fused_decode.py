@@ -114,3 +114,23 @@ def test_the_engine_decodes_through_the_fused_step_when_it_can(model_factory, mo
             logits = model(torch.tensor([context + completion.token_ids])).logits[0, len(context) - 1 : -1] / 0.8
         expected = logits.log_softmax(-1).gather(1, torch.tensor(completion.token_ids)[:, None]).squeeze(1)
         torch.testing.assert_close(torch.tensor(completion.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_the_cache_buffer_doubles_up_to_its_capacity_and_keeps_what_it_holds():
+    layer = _PreallocatedLayer(capacity=11)
+    first = torch.randn(2, 1, 3, 4)
+    keys, _ = layer.update(first, first + 1)
+    assert layer.size == 6 and torch.equal(keys, first)
+    written = [first]
+    for size in (6, 6, 6, 11, 11, 11, 11, 11):  # buffer size after each one-position write
+        new = torch.randn(2, 1, 1, 4)
+        written.append(new)
+        keys, values = layer.update(new, new + 1)
+        assert layer.size == size
+        torch.testing.assert_close(keys, torch.cat(written, dim=2), rtol=0, atol=0)
+        torch.testing.assert_close(values, torch.cat(written, dim=2) + 1, rtol=0, atol=0)
+    assert not layer.keys[:, :, layer.length :].any()  # the tail read under the mask is zero
+    layer.reorder_cache(torch.tensor([1, 1, 0]))
+    assert layer.size == 11 and torch.equal(layer.keys[:, :, : layer.length], torch.cat(written, dim=2)[[1, 1, 0]])
+    with pytest.raises(ValueError, match="holds 11 positions"):
+        layer.update(torch.randn(3, 1, 1, 4), torch.randn(3, 1, 1, 4))

@@ -5,7 +5,11 @@ makes about 15 module calls per layer, each with its own hooks, checks and tenso
 of its matmul pairs (q/k/v, gate/up) read the same input. :class:`FusedDecoder` computes the same
 function from the model's own weights with one matmul for q, k and v and one for gate and up, and
 the engine's one-token attention (:func:`~tsctl.engines.hf.decode_attention`'s math), writing keys
-and values into the engine's preallocated cache. Prefill still runs the model's own forward.
+and values into the engine's cache. Attention reads each layer's whole cache buffer (zeroed beyond
+the filled part, and never more than twice its size) with the unfilled tail masked: on CPU a
+batched matmul over a contiguous buffer runs about 3x faster than over the strided view of its
+filled part, which outweighs the extra positions.
+Prefill still runs the model's own forward.
 
 The LM head still runs as the model's own module (hooks on it apply).
 
@@ -124,7 +128,7 @@ class FusedDecoder:
             tokens: [B] the rows' newest tokens.
             mask: [B, 1, 1, K] additive attention mask over the K cached positions including this one.
             positions: [B, 1] the new tokens' position ids.
-            cache: the engine's cache; each layer's keys and values are appended to it.
+            cache: the engine's cache (its growing preallocated layers).
 
         Returns:
             logits [B, V].
@@ -133,6 +137,7 @@ class FusedDecoder:
         hidden = F.embedding(tokens, self.embed)  # [B, d]
         cos, sin = self.rotary(hidden, positions)  # [B, 1, D] each
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        padded_masks: dict[int, torch.Tensor] = {}  # by buffer size: [B, 1, 1, size], the unfilled tail masked
         for index, block in enumerate(self.blocks):
             x = self._norm(hidden, block.input_norm)
             qkv = F.linear(x, block.qkv, block.qkv_bias)  # [B, (H + 2 Hkv) D]
@@ -141,9 +146,13 @@ class FusedDecoder:
             v = qkv[:, q_size + kv_size :].view(batch, self.kv_heads, 1, self.head_dim)
             q = q * cos + _rotate_half(q) * sin
             k = (k * cos + _rotate_half(k) * sin).unsqueeze(2)
-            keys, values = cache.layers[index].update(k, v)  # [B, Hkv, K, D]
+            layer = cache.layers[index]
+            layer.update(k, v)
+            keys, values = layer.keys, layer.values  # [B, Hkv, size, D], filled up to K
+            if layer.size not in padded_masks:
+                padded_masks[layer.size] = F.pad(mask, (0, layer.size - mask.shape[-1]), value=torch.finfo(mask.dtype).min)
             grouped = q.view(batch, self.kv_heads, self.heads // self.kv_heads, self.head_dim)  # [B, Hkv, G, D]
-            scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scaling + mask  # [B, Hkv, G, K]
+            scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scaling + padded_masks[layer.size]  # [B, Hkv, G, size]
             weights = scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.matmul(weights, values).reshape(batch, q_size)  # [B, H D]
             hidden = hidden + F.linear(attended, block.out, block.out_bias)
