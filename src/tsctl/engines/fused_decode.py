@@ -8,10 +8,8 @@ the engine's one-token attention (:func:`~tsctl.engines.hf.decode_attention`'s m
 and values into the engine's cache. Attention reads each layer's whole cache buffer (zeroed beyond
 the filled part, and never more than twice its size) with the unfilled tail masked: on CPU a
 batched matmul over a contiguous buffer runs about 3x faster than over the strided view of its
-filled part, which outweighs the extra positions.
-Prefill still runs the model's own forward.
-
-The LM head still runs as the model's own module (hooks on it apply).
+filled part, which outweighs the extra positions. Prefill, and the LM head of every step, still run
+as the model's own modules (hooks on the LM head apply).
 
 It supports decoder-only models whose blocks are exactly RMSNorm, attention with q/k/v/o
 projections (with or without biases) and rotary embeddings, RMSNorm, and a SiLU-gated MLP, every
