@@ -212,6 +212,15 @@ def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator) -> torch
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
+@dataclass(frozen=True)
+class _Row:
+    """One request as the decode loop sees it: prompt ids (prefilled), prefix ids (forced), new-token limit."""
+
+    prompt: tuple[int, ...]
+    prefix: tuple[int, ...]
+    limit: int
+
+
 class HFEngine:
     """Samples continuations with a transformers causal LM in its own dtype and device.
 
@@ -315,7 +324,7 @@ class HFEngine:
         return cache, logits, real
 
     def _generate_chunk(
-        self, rows: list["_Row"], params: SamplingParams, generator: torch.Generator, decoder: FusedDecoder | None
+        self, rows: list[_Row], params: SamplingParams, generator: torch.Generator, decoder: FusedDecoder | None
     ) -> list[Completion]:
         """Decode one batch of at most ``batch_size`` rows: each forces its prefix, then samples up to its limit.
 
@@ -389,12 +398,3 @@ class HFEngine:
                 tokens.tolist(), logprobs.tolist(), entropies.tolist(), starts.tolist(), stops.tolist(), finished.tolist()
             )
         ]
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One request as the decode loop sees it: prompt ids (prefilled), prefix ids (forced), new-token limit."""
-
-    prompt: tuple[int, ...]
-    prefix: tuple[int, ...]
-    limit: int
