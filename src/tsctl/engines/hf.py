@@ -9,11 +9,14 @@ A lean decode loop in place of ``model.generate``. Per chunk of requests:
   ``m`` new tokens thus occupies steps ``0 .. k + m - 1``: with Thinking Seeds (``k + m`` is the
   response budget) seeded and plain rows end together, and the cache is no wider than prompt plus
   budget;
-- keys and values go to a cache preallocated for the whole decode (no per-step concatenation);
+- keys and values go to buffers that start at twice the prompt width and double when full (no
+  per-step concatenation);
 - the additive attention mask is built once and sliced per step, positions count real tokens only;
-- each step calls the model's own forward for the last position only, then samples (temperature,
-  top-p) with a seeded generator; on CPU, one-token attention is a plain matmul-softmax-matmul
-  (:func:`decode_attention`), faster there than the SDPA kernel at decode shapes;
+- each step runs the last token only: on CPU, for supported architectures, through
+  :class:`~tsctl.engines.fused_decode.FusedDecoder` (fused projections, reading each whole buffer
+  with its tail masked); otherwise through the model's own forward, whose one-token attention on
+  CPU is a plain matmul-softmax-matmul (:func:`decode_attention`), faster there than the SDPA
+  kernel at decode shapes. It then samples (temperature, top-p) with a seeded generator;
 - a row stops at a sampled EOS or at its limit; once a quarter of the rows in the batch have
   stopped, they are dropped from it;
 - besides the sampled tokens' log-probs, the engine reports the entropy at every generated token
