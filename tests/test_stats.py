@@ -1,0 +1,119 @@
+"""Confidence intervals, paired tests and verdicts against hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from tsctl.stats import BETTER, SAME, WORSE, Comparison, Interval, mean_ci, paired_bootstrap, paired_difference, verdict
+
+
+def test_mean_ci_matches_the_t_interval_by_hand():
+    # values 1..5: mean 3, sample std sqrt(2.5), t_{4, 0.975} = 2.7764451052
+    ci = mean_ci([1, 2, 3, 4, 5])
+    half = 2.7764451052 * math.sqrt(2.5) / math.sqrt(5)
+    assert ci.mean == 3 and ci.n == 5
+    assert ci.std == pytest.approx(math.sqrt(2.5), abs=1e-12)
+    assert (ci.low, ci.high) == pytest.approx((3 - half, 3 + half), abs=1e-9)
+    assert ci.half_width == pytest.approx(1.9632432, abs=1e-6)
+
+
+def test_mean_ci_level_widens_the_interval_and_one_value_has_none():
+    assert mean_ci([1, 2, 4], level=0.99).half_width > mean_ci([1, 2, 4], level=0.9).half_width
+    single = mean_ci([0.4])
+    assert single.mean == 0.4 and single.std == 0 and math.isnan(single.low) and math.isnan(single.high)
+    with pytest.raises(ValueError, match="at least one"):
+        mean_ci([])
+    with pytest.raises(ValueError, match="level"):
+        mean_ci([1, 2], level=95)
+
+
+def test_paired_difference_by_hand():
+    setting, baseline = [0.40, 0.42, 0.45], [0.38, 0.41, 0.40]
+    # differences 0.02, 0.01, 0.05: mean 0.0266667, std sqrt(0.000433333) = 0.0208167
+    c = paired_difference(setting, baseline)
+    half = 4.302652730 * 0.0208166600 / math.sqrt(3)
+    assert c.diff.mean == pytest.approx(0.0266666667, abs=1e-9)
+    assert c.diff.std == pytest.approx(0.0208166600, abs=1e-9)
+    assert (c.diff.low, c.diff.high) == pytest.approx((0.0266666667 - half, 0.0266666667 + half), abs=1e-8)
+    # t = mean / (std / sqrt(3)) = 2.2188007849; two-sided p with 2 degrees of freedom
+    t = 0.0266666667 / (0.0208166600 / math.sqrt(3))
+    assert c.p_value == pytest.approx(2 * scipy_stats.t.sf(t, 2), rel=1e-6)
+    assert c.p_value == pytest.approx(0.1567260, abs=1e-6)
+    assert c.method == "paired t"
+    # the interval agrees with scipy's own paired test
+    ref = scipy_stats.ttest_rel(setting, baseline).confidence_interval()
+    assert (c.diff.low, c.diff.high) == pytest.approx((ref.low, ref.high), abs=1e-9)
+
+
+def test_pairing_removes_the_shared_seed_spread():
+    # seeds differ a lot, the setting is always 0.01 above its own seed's baseline (plus a little noise)
+    baseline = [0.30, 0.45, 0.60, 0.38]
+    setting = [0.312, 0.459, 0.611, 0.389]
+    paired = paired_difference(setting, baseline)
+    unpaired = scipy_stats.ttest_ind(setting, baseline)
+    assert paired.p_value < 0.01 < unpaired.pvalue
+    assert verdict(paired) == BETTER
+
+
+def test_constant_differences_are_exact():
+    c = paired_difference([0.5, 0.6, 0.7], [0.4, 0.5, 0.6])
+    assert (c.diff.low, c.diff.high, c.p_value) == pytest.approx((0.1, 0.1, 0.0))
+    zero = paired_difference([0.5, 0.6], [0.5, 0.6])
+    assert zero.p_value == 1.0 and verdict(zero) == SAME
+    with pytest.raises(ValueError, match="equal"):
+        paired_difference([1, 2], [1])
+
+
+def _comparison(low: float, high: float) -> Comparison:
+    return Comparison(Interval((low + high) / 2, 0.1, 3, low, high), 0.5, "paired t")
+
+
+def test_verdict_flips_where_the_interval_crosses_zero():
+    assert verdict(_comparison(0.001, 0.2)) == BETTER
+    assert verdict(_comparison(0.0, 0.2)) == SAME
+    assert verdict(_comparison(-0.001, 0.2)) == SAME
+    assert verdict(_comparison(-0.2, -0.001)) == WORSE
+    assert verdict(_comparison(-0.2, -0.001), higher_is_better=False) == BETTER
+    assert verdict(_comparison(0.01, 0.2), higher_is_better=None) == "higher"
+    assert verdict(_comparison(-0.2, -0.01), higher_is_better=None) == "lower"
+    assert verdict(_comparison(math.nan, math.nan)) == SAME
+
+
+def test_verdict_flips_with_the_data():
+    # differences d + shift: the lower end of the t-interval crosses 0 between two shifts
+    base = np.array([0.0, 0.0, 0.0, 0.0])
+    noise = np.array([-0.02, 0.01, 0.02, -0.01])
+    half = scipy_stats.t.ppf(0.975, 3) * noise.std(ddof=1) / 2
+    assert verdict(paired_difference(base + noise + half * 1.01, base)) == BETTER
+    assert verdict(paired_difference(base + noise + half * 0.99, base)) == SAME
+    assert verdict(paired_difference(base + noise - half * 1.01, base)) == WORSE
+
+
+def test_paired_bootstrap_extremes_and_determinism():
+    solved = np.ones((3, 50))
+    unsolved = np.zeros((3, 50))
+    up = paired_bootstrap(solved, unsolved, resamples=200)
+    assert (up.diff.mean, up.diff.low, up.diff.high, up.p_value) == (1.0, 1.0, 1.0, 0.0)
+    same = paired_bootstrap(solved, solved, resamples=200)
+    assert same.p_value == 1.0 and verdict(same) == SAME
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 2, (2, 40)), rng.integers(0, 2, (2, 40))
+    assert paired_bootstrap(a, b, resamples=300, seed=7) == paired_bootstrap(a, b, resamples=300, seed=7)
+    with pytest.raises(ValueError, match="seeds, problems"):
+        paired_bootstrap(np.zeros(5), np.zeros(5))
+
+
+def test_paired_bootstrap_matches_the_normal_approximation_on_many_problems():
+    # one seed, 4000 problems; per-problem differences in {-1, 0, 1} with mean 0.05
+    rng = np.random.default_rng(12345)  # not the bootstrap's own seed: its draws must not replay the data's stream
+    diff = rng.choice([-1.0, 0.0, 1.0], size=4000, p=[0.2, 0.55, 0.25])
+    baseline = np.where(diff < 0, 1.0, 0.0)
+    setting = baseline + diff
+    c = paired_bootstrap(setting[None, :], baseline[None, :], resamples=4000)
+    se = diff.std(ddof=1) / math.sqrt(diff.size)
+    assert c.diff.mean == pytest.approx(diff.mean())
+    assert c.diff.std == pytest.approx(se, rel=0.08)
+    assert c.diff.half_width == pytest.approx(1.96 * se, rel=0.08)
+    assert c.p_value < 0.001 and verdict(c) == BETTER
