@@ -1,6 +1,7 @@
 """``tsctl ablate``: a micro sweep completes with a report, reruns skip, a killed point resumes, a failing
 point is recorded without losing the others, wandb works offline, and ``tsctl report`` reads one run."""
 
+import csv
 import json
 import os
 import signal
@@ -126,3 +127,24 @@ def test_wandb_offline_writes_its_run_directory(micro, runs, monkeypatch):
     assert all(any(run.glob("*.wandb")) for run in offline)
     images = [p.name for run in offline for p in (run / "files" / "media").rglob("*.png")]
     assert len(images) == len(PLOTS)
+
+
+@pytest.mark.slow
+def test_a_two_by_two_sweep_reports_intervals_and_paired_verdicts(micro, runs):
+    tsctl("ablate", *in_runs(micro, runs), "ratio=50,0", "seed=1,2", "trainer.steps=2", "report.baseline=ratio=0", "name=stats")
+    sweep = runs / "default" / "stats"
+    final = json.loads((sweep / "ratio=50-seed=1" / "final_eval.json").read_text())
+    greedy, sampled = final["per_problem"]["greedy"], final["per_problem"]["sampled"]
+    assert len(greedy["ids"]) == len(greedy["solved"]) == final["greedy_problems"] > 0
+    assert final["greedy_accuracy"] == pytest.approx(sum(greedy["solved"]) / len(greedy["solved"]))
+    assert len(sampled["ids"]) == len(sampled["solved"]) == final["sampled_problems"]
+    assert final["pass@1"] == pytest.approx(sum(sampled["solved"]) / (sampled["samples"] * len(sampled["solved"])))
+    rows = list(csv.DictReader((sweep / "report" / "summary.csv").open()))
+    assert [r["point"] for r in rows] == ["ratio=0", "ratio=50"]
+    assert all(r["greedy_accuracy_n"] == "2" and r["greedy_accuracy_ci_low"] != "" for r in rows)
+    compared = list(csv.DictReader((sweep / "report" / "comparisons.csv").open()))
+    greedy = next(r for r in compared if r["metric"] == "greedy_accuracy")
+    assert greedy["point"] == "ratio=50" and greedy["baseline"] == "ratio=0" and greedy["seeds"] == "2"
+    assert greedy["diff_by_problem"] != "" and greedy["verdict"] in ("better", "worse", "not distinguishable")
+    assert (sweep / "report" / "reward_accuracy.png").stat().st_size > 10_000
+    assert "95% Student-t confidence interval" in (sweep / "report" / "summary.md").read_text()

@@ -1,13 +1,18 @@
-"""``tsctl report``: grouping, mean ± std over seeds, failures, the written files, and one real run."""
+"""``tsctl report``: grouping, intervals over seeds, paired comparisons and verdicts, failures, the written files."""
 
 import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from conftest import tsctl
 
-from tsctl.report import find_runs, group_points, mean_std, report, summarize
+from tsctl.config.errors import ConfigError
+from tsctl.report import report
+from tsctl.report.compare import baseline_of, compare, default_baseline, summarize
+from tsctl.report.points import find_runs, group_points
 
 STEPS = 10
 
@@ -50,11 +55,13 @@ def test_points_group_seeds_and_average_completed_runs_only(sweep):
     assert [len(p.runs) for p in points] == [2, 2] and [len(p.used) for p in points] == [2, 1]
     summary = summarize(points)
     assert summary.metrics[:3] == ["greedy_accuracy", "pass@1", "pass@4"]
-    mean, std = summary.cells[0]["greedy_accuracy"]
-    assert mean == pytest.approx(0.3) and std == pytest.approx(mean_std([0.2, 0.4])[1]) and std == pytest.approx(0.1414, abs=1e-4)
-    assert summary.cells[1]["clipped_pct/prefix"][0] == pytest.approx(20.0)  # percent of tokens
+    cell = summary.cells[0]["greedy_accuracy"]
+    # 0.2 and 0.4: mean 0.3, std 0.1414; t_{1, 0.975} = 12.7062 gives a half-width of 12.7062 * 0.1414 / sqrt(2) = 1.2706
+    assert cell.mean == pytest.approx(0.3) and cell.std == pytest.approx(0.141421, abs=1e-6) and cell.n == 2
+    assert (cell.low, cell.high) == pytest.approx((0.3 - 1.270620, 0.3 + 1.270620), abs=1e-5)
+    assert summary.cells[1]["clipped_pct/prefix"].mean == pytest.approx(20.0)  # percent of tokens
     assert "clipped_pct/prefix" not in summary.cells[0]  # ratio 0 has no prefix tokens
-    assert summary.cells[0]["entropy/plain"][0] == pytest.approx(0.90)  # mean over the last 10% of steps (step 10)
+    assert summary.cells[0]["entropy/plain"].mean == pytest.approx(0.90)  # mean over the last 10% of steps (step 10)
 
 
 def test_report_writes_tables_and_plots_and_lists_the_failure(sweep):
@@ -63,11 +70,13 @@ def test_report_writes_tables_and_plots_and_lists_the_failure(sweep):
     names = {p.name for p in out.iterdir()}
     assert {"summary.md", "summary.csv", "reward_accuracy.png", "entropy_by_position.png", "clip_by_position.png", "passk.png"} <= names
     md = (out / "summary.md").read_text()
-    assert "| ratio=0 | 2/2 | 0.300 ± 0.141 |" in md
+    assert "| ratio=0 | 2/2 | 0.300 ± 0.141 [-0.971, 1.571] |" in md
     assert "ratio=50-seed=2: failed — RuntimeError: boom" in md
     rows = list(csv.DictReader((out / "summary.csv").open()))
     assert [r["ratio"] for r in rows] == ["0", "50"] and rows[1]["completed"] == "1"
     assert float(rows[0]["greedy_accuracy_mean"]) == pytest.approx(0.3)
+    assert float(rows[0]["greedy_accuracy_ci_low"]) == pytest.approx(-0.97062, abs=1e-4) and rows[0]["greedy_accuracy_n"] == "2"
+    assert rows[1]["greedy_accuracy_ci_low"] == ""  # one completed run: no interval
 
 
 def test_a_single_run_uses_its_metrics_without_final_eval(tmp_path):
@@ -82,3 +91,97 @@ def test_a_single_run_uses_its_metrics_without_final_eval(tmp_path):
 def test_a_folder_without_runs_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a run folder nor a sweep folder"):
         find_runs(tmp_path)
+
+
+def paired_run(folder: Path, settings: dict, seed: int, solved: list[int], sampled: list[int], samples: int = 4) -> Path:
+    """A completed run whose final evaluation holds per-problem results (ids p0..p{P-1})."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({**settings, "seed": seed, "trainer": {"steps": STEPS}}))
+    (folder / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"{k}={v}" for k, v in settings.items()] + [f"seed={seed}"]))
+    records = [{"step": s, "reward/mean": 0.5, "entropy": 1.0, "entropy_by_source/plain": 0.5 + 0.01 * seed} for s in range(1, STEPS + 1)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    ids = [f"p{i}" for i in range(len(solved))]
+    per_problem = {"greedy": {"ids": ids, "solved": solved}, "sampled": {"ids": ids, "solved": sampled, "samples": samples}}
+    final = {"step": STEPS, "greedy_accuracy": sum(solved) / len(solved), "pass@1": sum(sampled) / (samples * len(sampled)), "per_problem": per_problem}
+    (folder / "final_eval.json").write_text(json.dumps(final))
+    return folder
+
+
+@pytest.fixture
+def paired_sweep(tmp_path: Path) -> Path:
+    """ratio 0 and 25, three seeds each, 200 problems; ratio 25 solves 30 more problems greedily under every seed."""
+    root = tmp_path / "sweep-p"
+    rng = np.random.default_rng(5)
+    for seed in (1, 2, 3):
+        base = (rng.random(200) < 0.3).astype(int)
+        better = base.copy()
+        better[np.flatnonzero(base == 0)[:30]] = 1
+        sampled = rng.integers(0, 5, 200)
+        paired_run(root / f"ratio=0-seed={seed}", {"ratio": 0}, seed, base.tolist(), sampled.tolist())
+        paired_run(root / f"ratio=25-seed={seed}", {"ratio": 25}, seed, better.tolist(), sampled.tolist())
+    return root
+
+
+def test_paired_comparison_by_seed_and_by_problem(paired_sweep):
+    summary = summarize(group_points(find_runs(paired_sweep)))
+    rows = {r.metric: r for r in compare(summary, {"ratio": "0"})}
+    greedy = rows["greedy_accuracy"]
+    assert greedy.point.label == "ratio=25" and greedy.baseline.label == "ratio=0" and greedy.seeds == ["1", "2", "3"]
+    assert greedy.by_seed.diff.mean == pytest.approx(30 / 200)  # every seed gains exactly 30 of 200 problems
+    assert greedy.by_seed.diff.std == 0 and greedy.by_seed.p_value == 0.0
+    assert greedy.by_problem is not None and greedy.by_problem.diff.mean == pytest.approx(0.15)
+    assert 0 < greedy.by_problem.diff.low < 0.15 < greedy.by_problem.diff.high and greedy.verdict == "better"
+    same = rows["pass@1"]  # identical samples under both settings
+    assert same.by_problem.diff.mean == 0 and same.by_problem.p_value == 1.0 and same.verdict == "not distinguishable"
+    entropy = rows["entropy/plain"]
+    assert entropy.by_problem is None and entropy.verdict == "not distinguishable"
+
+
+def test_report_writes_interval_columns_comparisons_and_a_band_plot(paired_sweep, capsys):
+    out = report(paired_sweep, echo=True, baseline="ratio=0")
+    md = (out / "summary.md").read_text()
+    assert "## Paired comparisons against ratio=0" in md and "| ratio=25 | ratio=0 | held-out greedy acc. | 3 |" in md
+    rows = list(csv.DictReader((out / "comparisons.csv").open()))
+    greedy = next(r for r in rows if r["metric"] == "greedy_accuracy")
+    assert greedy["verdict"] == "better" and float(greedy["diff_by_problem"]) == pytest.approx(0.15)
+    assert {"greedy_accuracy_ci_low", "greedy_accuracy_ci_high", "pass@1_n"} <= set(next(csv.DictReader((out / "summary.csv").open())))
+    assert (out / "reward_accuracy.png").is_file()
+    printed = capsys.readouterr().err  # the console writes to stderr
+    assert "Paired against ratio=0" in printed and "better" in printed
+
+
+def test_default_baseline_is_the_first_swept_value_as_written(paired_sweep):
+    points = group_points(find_runs(paired_sweep))
+    assert default_baseline(paired_sweep, points) == {"ratio": "0"}  # no multirun.yaml: the first point
+    (paired_sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": ["ratio=25,0", "seed=1,2,3"]}}}))
+    assert default_baseline(paired_sweep, points) == {"ratio": "25"}
+    rows = compare(summarize(points), default_baseline(paired_sweep, points))
+    assert {r.point.label for r in rows} == {"ratio=0"} and next(r for r in rows if r.metric == "greedy_accuracy").verdict == "worse"
+
+
+def test_baseline_matches_the_point_with_the_other_settings_equal(tmp_path):
+    root = tmp_path / "sweep-2d"
+    for ratio in (0, 25):
+        for refresh in (5, 10):
+            for seed in (1, 2):
+                paired_run(root / f"ratio={ratio}-refresh={refresh}-seed={seed}", {"ratio": ratio, "refresh": refresh}, seed, [1, 0], [2, 2])
+    points = group_points(find_runs(root))
+    by_label = {p.label: p for p in points}
+    assert baseline_of(by_label["ratio=25 refresh=5"], points, {"ratio": "0"}).label == "ratio=0 refresh=5"
+    assert baseline_of(by_label["ratio=25 refresh=10"], points, {"ratio": "0"}).label == "ratio=0 refresh=10"
+    assert baseline_of(by_label["ratio=0 refresh=10"], points, {"ratio": "0"}) is None
+    with pytest.raises(ConfigError, match="matches no point"):
+        report(root, echo=False, baseline="ratio=50")
+
+
+def test_cli_takes_the_baseline_unquoted_and_refuses_other_keys(paired_sweep):
+    done = tsctl("report", str(paired_sweep), "report.baseline=ratio=25", "report.level=0.9")
+    assert "Paired against ratio=25" in done.stderr and "90% CI" in done.stderr
+    rows = list(csv.DictReader((paired_sweep / "report" / "comparisons.csv").open()))
+    assert {r["point"] for r in rows} == {"ratio=0"} and {r["baseline"] for r in rows} == {"ratio=25"}
+    wrong = tsctl("report", str(paired_sweep), "ratio=25", check=False)
+    assert wrong.returncode == 2 and "only report.* overrides" in wrong.stderr and "Traceback" not in wrong.stderr
+    bad = tsctl("report", str(paired_sweep), "report.baseline=ratio=7", check=False)
+    assert bad.returncode == 2 and "matches no point" in bad.stderr and "ratio=0, ratio=25" in bad.stderr

@@ -38,7 +38,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -52,7 +52,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 from tsctl.config.validate import validate
 from tsctl.progress import console
-from tsctl.report import FINAL_EVAL
+from tsctl.report.points import FINAL_EVAL
 from tsctl.runs import RunDir, RunError
 
 LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
@@ -102,9 +102,10 @@ def expand(overrides: list[str]) -> tuple[list[list[str]], list[str]]:
 
 
 def first_point(overrides: list[str]) -> list[str]:
-    """Overrides of the sweep's first point (unchanged when they do not parse, so composing reports why)."""
+    """Overrides of the sweep's first point, with the report's (unchanged when they do not parse, so composing reports why)."""
+    report = [o for o in overrides if is_report_override(o)]
     try:
-        return expand(overrides)[0][0]
+        return expand([o for o in overrides if not is_report_override(o)])[0][0] + report
     except ConfigError:
         return [o for o in overrides if not _is_hydra(o)]
 
@@ -172,14 +173,20 @@ def launch(sweep: Sweep) -> None:
         hydra_point()
 
 
+def is_report_override(override: str) -> bool:
+    """``report.*`` overrides shape the final report only: they are neither swept nor part of a point."""
+    return override.lstrip("+~").startswith("report.")
+
+
 def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
     """Plan and run the sweep, then write its report; returns the sweep folder and its failed runs."""
     from tsctl.report import find_runs, report
 
-    sweep = plan(overrides)
+    options = compose_config([o for o in overrides if is_report_override(o)]).cfg.report
+    sweep = plan([o for o in overrides if not is_report_override(o)])
     console.print(f"sweep: {len(sweep.points)} point(s) into {sweep.path}", highlight=False)
     launch(sweep)
-    report(sweep.path)
+    report(sweep.path, baseline=options.baseline, level=options.level)
     failed = [run.path.name for run in find_runs(sweep.path) if run.status != "completed"]
     return sweep.path, failed
 
@@ -243,18 +250,21 @@ def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
         console.print(f"[red]point {folder.name} failed[/red]\n{traceback.format_exc()}", highlight=False)
 
 
-def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, float]:
+def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
     """Greedy accuracy and pass@k (``eval.pass_k`` from ``eval.k`` samples) of the run's final checkpoint on held-out problems.
 
     Greedy accuracy uses ``eval.limit`` or ``trainer.eval_problems`` problems, pass@k ``eval.limit``
-    or ``trainer.eval_samples_problems`` problems, sampled at the rollout temperature.
+    or ``trainer.eval_samples_problems`` problems, sampled at the rollout temperature. A response
+    solves its problem when its reward is 1. ``per_problem`` keeps the problem ids with whether the
+    greedy response solved each (``greedy``) and how many of the ``eval.k`` samples did
+    (``sampled``): what ``tsctl report``'s paired bootstrap over problems reads.
     """
     from tsctl.algo.passk import mean_pass_at_k
     from tsctl.engines.base import SamplingParams
     from tsctl.engines.factory import build_engine
     from tsctl.models.loading import load_model
     from tsctl.models.prompts import PromptFormatter
-    from tsctl.scoring import greedy_accuracy, sample_and_score
+    from tsctl.scoring import sample_and_score
     from tsctl.tasks.registry import build_task
     from tsctl.trainer.checkpoint import latest_checkpoint
 
@@ -272,13 +282,19 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, float]:
     sample_problems = heldout[: cfg.eval.limit or tr.eval_samples_problems]
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=cfg.seed)
     correct = (sample_and_score(engine, formatter, task, sample_problems, params, n=cfg.eval.k).rewards >= 1.0).sum(axis=1)
+    greedy = sample_and_score(engine, formatter, task, greedy_problems, SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens))
+    solved = (greedy.rewards[:, 0] >= 1.0).astype(int)
     return {
         "step": step,
-        "greedy_accuracy": greedy_accuracy(engine, formatter, task, greedy_problems, e.max_new_tokens),
+        "greedy_accuracy": float(solved.mean()) if len(greedy_problems) else 0.0,
         "greedy_problems": len(greedy_problems),
         "sampled_problems": len(sample_problems),
         "samples": cfg.eval.k,
         **{f"pass@{k}": mean_pass_at_k([cfg.eval.k] * len(correct), correct, k) for k in cfg.eval.pass_k},
+        "per_problem": {
+            "greedy": {"ids": [p.id for p in greedy_problems], "solved": solved.tolist()},
+            "sampled": {"ids": [p.id for p in sample_problems], "solved": correct.tolist(), "samples": cfg.eval.k},
+        },
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Optional
 
 import typer
@@ -52,10 +53,19 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, ModelLoadError, RunError, ShardError, DataError, FileNotFoundError)
 
 
+def quote_baseline(overrides: list[str]) -> list[str]:
+    """``report.baseline=ratio=0`` as Hydra needs it (``report.baseline='ratio=0'``): its value holds ``=``."""
+    key = "report.baseline="
+    return [
+        f"{key}'{o[len(key):]}'" if o.startswith(key) and o[len(key):][:1] not in ("'", '"') else o
+        for o in overrides
+    ]
+
+
 def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object]) -> None:
     """Compose the config, print it if asked, else run ``stage``; user errors exit 2 with one line."""
     try:
-        composed = compose_config(overrides or [])
+        composed = compose_config(quote_baseline(overrides or []))
         if cfg_flag:
             if cfg_flag != "job":
                 raise ConfigError("--cfg", f"unknown value {cfg_flag!r}; use --cfg job")
@@ -148,7 +158,7 @@ def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
     def stage(c: Composed) -> None:
         from tsctl.ablate import ablate as run_ablate
 
-        folder, failed = run_ablate(overrides or [])
+        folder, failed = run_ablate(quote_baseline(overrides or []))
         console.print(f"sweep: {folder}  (report in {folder / 'report'})", highlight=False)
         if failed:
             console.print(f"[red]{len(failed)} run(s) failed:[/red] {', '.join(failed)}; rerun the same command to retry them", highlight=False)
@@ -159,14 +169,22 @@ def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
     _run(first_point(overrides or []), cfg, stage)
 
 
-@app.command()
-def report(path: str = typer.Argument(..., help="A sweep folder (runs/<experiment>/<sweep>) or one run folder.", show_default=False)) -> None:
-    """Summary table (console, Markdown, CSV) and plots of a sweep or a run, into <sweep>/report/ or <run>/plots/."""
-    from tsctl.report import report as write_report
+@app.command(epilog=KNOBS)
+def report(
+    path: str = typer.Argument(..., help="A sweep folder (runs/<experiment>/<sweep>) or one run folder.", show_default=False),
+    overrides: Optional[list[str]] = typer.Argument(None, help="report.baseline=KEY=VALUE (the point others are compared with; default: the first value of the first swept key), report.level=0.95.", show_default=False),
+) -> None:
+    """Summary tables (mean, std and confidence intervals over seeds), paired comparisons against a baseline with
+    verdicts, and plots of a sweep or a run, into <sweep>/report/ or <run>/plots/."""
 
-    try:
-        out = write_report(path)
-    except FileNotFoundError as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    console.print(f"report: {out}", highlight=False)
+    def stage(c: Composed) -> None:
+        from tsctl.report import report as write_report
+
+        out = write_report(Path(path), baseline=c.cfg.report.baseline, level=c.cfg.report.level)
+        console.print(f"report: {out}", highlight=False)
+
+    other = [o for o in overrides or [] if not o.lstrip("+~").startswith("report.")]
+    if other:
+        console.print(f"[red]error:[/red] tsctl report takes only report.* overrides (got {' '.join(other)}); e.g. report.baseline=ratio=0", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    _run(overrides, None, stage)

@@ -334,6 +334,17 @@ class LoggerConfig:
 
 
 @dataclass
+class ReportConfig:
+    """``tsctl report`` (and the report ``tsctl ablate`` writes at the end): how points are compared."""
+
+    baseline: Optional[str] = None
+    """The point every other point is compared with, as ``key=value`` (``report.baseline=ratio=0``;
+    several keys separated by spaces); null = the first value of the first swept key."""
+    level: float = 0.95
+    """Confidence level of every interval in the report."""
+
+
+@dataclass
 class TsctlConfig:
     """Root config of every tsctl command."""
 
@@ -362,3 +373,4 @@ class TsctlConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     shards: ShardsConfig = field(default_factory=ShardsConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)

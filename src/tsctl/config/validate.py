@@ -154,6 +154,12 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
         if name != "heldout" and name not in available_benchmarks() and not Path(name).is_file():
             raise ConfigError("eval.benchmarks", f"unknown benchmark {name!r}; choose heldout, {', '.join(available_benchmarks())} or a YAML path")
 
+    rep = cfg.report
+    if not 0 < rep.level < 1:
+        raise ConfigError("report.level", f"{rep.level} is out of range; allowed: 0 < report.level < 1 (e.g. 0.95)")
+    if rep.baseline is not None and (not rep.baseline.split() or any("=" not in part[1:] for part in rep.baseline.split())):
+        raise ConfigError("report.baseline", f"{rep.baseline!r}: write it as key=value, e.g. report.baseline=ratio=0")
+
     _one_of("logger.name", cfg.logger.name, LOGGERS)
     _one_of("logger.wandb_mode", cfg.logger.wandb_mode, WANDB_MODES)
     return cfg

@@ -1,30 +1,23 @@
-"""``tsctl report``: summary tables (console, Markdown, CSV) and plots of a sweep folder or one run folder.
+"""Reading run folders and grouping them into sweep points.
 
 A *sweep folder* holds one run folder per point and seed (``tsctl ablate`` writes
 ``<runs_dir>/<experiment>/<sweep>/<point>/``); any folder whose subfolders are run folders works.
 Runs are grouped into points by the settings that differ between them, ``seed`` excepted: the
 overrides Hydra saved in ``.hydra/overrides.yaml`` when every run has them, else the resolved
-``config.yaml``. Every number is a mean ± sample standard deviation over a point's seeds.
+``config.yaml``.
 
-What "final" means per run:
+What "final" means per run (:func:`final_values`):
 
 - held-out greedy accuracy and pass@k: ``final_eval.json`` (written by ``tsctl ablate`` with the
   final checkpoint), else the last held-out evaluation in ``metrics.jsonl`` (pass@1 only);
 - entropy by token source: the mean over the last 10% of training steps;
 - clip fraction by token source: the mean over all training steps.
-
-A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
-the table; a report on one run uses it whatever its status. Outputs go to ``<sweep>/report/`` or
-``<run>/plots/``: ``summary.md`` (the table, the notes and the plots), ``summary.csv`` and PNGs.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -48,7 +41,12 @@ TAIL = 0.1
 
 @dataclass
 class Run:
-    """One run folder, read once."""
+    """One run folder, read once.
+
+    Attributes:
+        seed: the run's ``seed`` (what pairs runs of two points), None when its config has none.
+        final: the contents of ``final_eval.json`` (empty without one).
+    """
 
     path: Path
     status: str
@@ -56,6 +54,7 @@ class Run:
     settings: dict[str, str]
     records: list[dict[str, Any]]
     final: dict[str, Any]
+    seed: Optional[str] = None
 
     @property
     def train_records(self) -> list[dict[str, Any]]:
@@ -109,7 +108,7 @@ def load_run(path: Path) -> Run:
     config = path / "config.yaml"
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
-    return Run(path, manifest.get("status", "unknown"), manifest.get("error"), settings, run.read_metrics(), final)
+    return Run(path, manifest.get("status", "unknown"), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"))
 
 
 def find_runs(path: Path) -> list[Run]:
@@ -131,7 +130,7 @@ def find_runs(path: Path) -> list[Run]:
     return runs
 
 
-def _sort_key(value: str) -> tuple[float, str]:
+def sort_key(value: str) -> tuple[float, str]:
     """Numbers in numeric order, before text."""
     try:
         return float(value), ""
@@ -152,7 +151,7 @@ def group_points(runs: list[Run], single: bool = False) -> list[Point]:
     for run in runs:
         groups.setdefault(tuple(run.settings.get(k, "") for k in varying), []).append(run)
     points = []
-    for values in sorted(groups, key=lambda vs: [_sort_key(v) for v in vs]):
+    for values in sorted(groups, key=lambda vs: [sort_key(v) for v in vs]):
         settings = dict(zip(varying, values))
         label = " ".join(f"{k}={v}" for k, v in settings.items()) or (runs[0].path.name if single else "all runs")
         members = groups[values]
@@ -197,15 +196,7 @@ def final_values(run: Run) -> dict[str, float]:
     return out
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
-def _metric_order(key: str) -> tuple[int, int]:
+def metric_order(key: str) -> tuple[int, int]:
     """Columns: greedy accuracy, pass@k by k, entropy by source, clip by source."""
     if key == "greedy_accuracy":
         return 0, 0
@@ -225,144 +216,6 @@ def header(key: str) -> str:
     return "held-out greedy acc." if key == "greedy_accuracy" else f"held-out {key}"
 
 
-@dataclass
-class Summary:
-    """The summary table: one row per point, ``cells[metric] = (mean, std)`` over used runs."""
-
-    points: list[Point]
-    metrics: list[str]
-    cells: list[dict[str, tuple[float, float]]]
-
-
-def summarize(points: list[Point]) -> Summary:
-    """Mean ± std over each point's used runs of every metric of :func:`final_values`."""
-    cells, metrics = [], set()
-    for point in points:
-        values = [final_values(run) for run in point.used]
-        keys = {k for v in values for k in v}
-        metrics |= keys
-        cells.append({k: mean_std([v[k] for v in values if k in v]) for k in keys})
-    return Summary(points, sorted(metrics, key=_metric_order), cells)
-
-
-def fmt(cell: Optional[tuple[float, float]], runs: int) -> str:
-    """``0.412 ± 0.013`` (or ``0.412`` for one run, ``–`` for none)."""
-    if cell is None:
-        return "–"
-    return f"{cell[0]:.3f}" if runs < 2 else f"{cell[0]:.3f} ± {cell[1]:.3f}"
-
-
-def completed(point: Point) -> str:
-    """``2/3``: completed runs of all the point's runs."""
-    return f"{sum(r.status == 'completed' for r in point.runs)}/{len(point.runs)}"
-
-
-def table_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted rows (one per point) shared by the console and Markdown tables."""
-    head = ["point", "completed runs", *map(header, summary.metrics)]
-    rows = []
-    for point, cells in zip(summary.points, summary.cells):
-        runs = len(point.used)
-        rows.append([point.label, completed(point), *(fmt(cells.get(m), runs) for m in summary.metrics)])
-    return head, rows
-
-
-def transpose(head: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
-    """One row per metric and one column per point (for narrow consoles)."""
-    columns = [head, *rows]
-    return [c[0] for c in columns], [[c[i] for c in columns] for i in range(1, len(head))]
-
-
-def _width(head: list[str], rows: list[list[str]]) -> int:
-    """Characters a rich table needs without wrapping."""
-    return sum(max(len(cell) for cell in column) + 3 for column in zip(head, *rows)) + 1
-
-
-NOTES = (
-    "Mean ± sample std over seeds (completed runs). Held-out greedy accuracy and pass@k "
-    "(fractions) are for the final checkpoint (`final_eval.json`; without it, the last in-training "
-    "evaluation). Entropy by token source (nats/token) is the mean over the last "
-    f"{TAIL:.0%} of training steps, clipped tokens by source (% of tokens) the mean over all training "
-    "steps; plain = unseeded samples, prefix = behaviour-policy prefix tokens, suffix = the "
-    "continuation of a seeded sample."
-)
-
-
-def failures_text(points: list[Point]) -> list[str]:
-    """One line per failed or unfinished run, with its error when known."""
-    return [f"{r.path.name}: {r.status}" + (f" — {r.error}" if r.error else "") for p in points for r in p.failures]
-
-
-def markdown(summary: Summary, title: str, images: list[Path]) -> str:
-    """The summary as Markdown: table, notes, failures and the plots."""
-    head, rows = table_rows(summary)
-    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    lines += ["", NOTES, ""]
-    failed = failures_text(summary.points)
-    if failed:
-        lines += ["## Failed or unfinished runs", "", *(f"- {line}" for line in failed), ""]
-    lines += [f"![{image.stem}]({image.name})" for image in images]
-    return "\n".join(lines) + "\n"
-
-
-def csv_text(summary: Summary) -> str:
-    """The summary as CSV: settings, run counts, then ``<metric>_mean`` and ``<metric>_std`` (empty when absent)."""
-    keys = list(dict.fromkeys(k for p in summary.points for k in p.settings))
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["point", *keys, "runs", "completed", "used", *(f"{m}_{s}" for m in summary.metrics for s in ("mean", "std"))])
-    for point, cells in zip(summary.points, summary.cells):
-        done = sum(r.status == "completed" for r in point.runs)
-        stats = [f"{x:.6g}" if m in cells else "" for m in summary.metrics for x in cells.get(m, (0.0, 0.0))]
-        writer.writerow([point.label, *(point.settings.get(k, "") for k in keys), len(point.runs), done, len(point.used), *stats])
-    return buffer.getvalue()
-
-
-def print_table(summary: Summary, title: str) -> None:
-    """The summary as a rich table on the console, failures below it: a row per metric when that fits, else a row per point."""
-    from rich.table import Table
-
-    from tsctl.progress import console
-
-    head, rows = table_rows(summary)
-    if _width(*transpose(head, rows)) <= console.width:
-        head, rows = transpose(head, rows)
-    table = Table(title=title, title_justify="left")
-    for name in head:
-        table.add_column(name, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-    for line in failures_text(summary.points):
-        console.print(f"[red]{line}[/red]", highlight=False)
-
-
-def log_images(images: list[Path], runs: list[Run]) -> None:
-    """Log ``images`` to the active wandb run, if there is one, at the runs' last step."""
-    wandb = sys.modules.get("wandb")
-    if wandb is None or wandb.run is None:
-        return
-    step = max((r.get("step", 0) for run in runs for r in run.records), default=0)
-    wandb.run.log({f"plots/{p.stem}": wandb.Image(str(p), caption=p.stem) for p in images}, step=step)
-
-
-def report(path: Path, echo: bool = True) -> Path:
-    """Write the summary (Markdown, CSV) and the plots of the sweep or run at ``path``; return the output folder."""
-    from tsctl import atomic
-    from tsctl.plots import draw_all
-
-    path = Path(path)
-    runs = find_runs(path)
-    single = is_run_folder(path)
-    out = path / ("plots" if single else "report")
-    points = group_points(runs, single=single)
-    summary = summarize(points)
-    images = draw_all(points, out)
-    title = f"{'Run' if single else 'Sweep'} {path.name}"
-    atomic.write_text(out / "summary.md", markdown(summary, title, images))
-    atomic.write_text(out / "summary.csv", csv_text(summary))
-    if echo:
-        print_table(summary, title)
-    log_images(images, runs)
-    return out
+def higher_is_better(key: str) -> Optional[bool]:
+    """True for solve rates; None for entropy and clip shares, which have no preferred direction."""
+    return True if key == "greedy_accuracy" or key.startswith("pass@") else None

@@ -5,7 +5,8 @@
 - ``clip_by_position.png``: clipped-token share by response position, split plain / prefix / suffix;
 - ``passk.png``: held-out pass@k of the final checkpoint against k.
 
-Shaded bands and error bars are ± one standard deviation over seeds (shown with two or more).
+Shaded bands and error bars are the 95% Student-t confidence interval of the mean over seeds (shown
+with two or more seeds; the legend says so).
 A figure whose data no run has (e.g. pass@k without ``final_eval.json``) is not drawn.
 """
 
@@ -23,7 +24,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from tsctl.report import SOURCES, TAIL, Point, Run, tail  # noqa: E402
+from tsctl.report.points import SOURCES, TAIL, Point, Run, tail  # noqa: E402
+from tsctl.stats import mean_ci  # noqa: E402
 
 POSITION_AXIS = "token position in response (tokens, binned)"
 SOURCE_TITLES = {
@@ -51,18 +53,20 @@ def _figure(panels: int, sharey: bool = False) -> tuple[Figure, list[Any]]:
 def _save(fig: Figure, points: list[Point], path: Path) -> Path:
     """Add the figure legend (one entry per point), write the PNG and close the figure."""
     handles = [plt.Line2D([], [], lw=2, ms=6, **style) for style in _styles(len(points))]
-    fig.legend(handles, [p.label for p in points], loc="outside right upper", title="sweep point", fontsize=9)
+    seeds = max((len(p.used) for p in points), default=0)
+    title = "sweep point\n(bands, bars: 95% CI over seeds)" if seeds > 1 else "sweep point"
+    fig.legend(handles, [p.label for p in points], loc="outside right upper", title=title, fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _band(ax: Any, x: np.ndarray, mean: np.ndarray, std: np.ndarray, runs: int, style: dict[str, Any], markers: bool = True) -> None:
-    """A line with a ± std band when there are two or more runs."""
+def _band(ax: Any, x: np.ndarray, mean: np.ndarray, half: np.ndarray, runs: int, style: dict[str, Any], markers: bool = True) -> None:
+    """A line with a ± ``half`` band (the confidence interval's half-width) when there are two or more runs."""
     ax.plot(x, mean, lw=2, ms=5, markevery=1 if markers else max(1, len(x) // 10), **style)
     if runs > 1:
-        ax.fill_between(x, mean - std, mean + std, color=style["color"], alpha=0.18, lw=0)
+        ax.fill_between(x, mean - half, mean + half, color=style["color"], alpha=0.18, lw=0)
 
 
 def _from_zero(ax: Any) -> None:
@@ -72,14 +76,14 @@ def _from_zero(ax: Any) -> None:
 
 
 def series(runs: list[Run], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Steps at which any run logged ``key``, with the mean and std over the runs that did."""
+    """Steps at which any run logged ``key``, with the mean and the CI half-width over the runs that did."""
     by_step: dict[int, list[float]] = {}
     for run in runs:
         for record in run.records:
             if key in record:
                 by_step.setdefault(int(record["step"]), []).append(float(record[key]))
     steps = np.array(sorted(by_step))
-    return steps, np.array([np.mean(by_step[s]) for s in steps]), np.array([_std(by_step[s]) for s in steps])
+    return steps, np.array([np.mean(by_step[s]) for s in steps]), np.array([_half_width(by_step[s]) for s in steps])
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -115,7 +119,7 @@ def clip_prefix(runs: list[Run], source: str) -> str:
 
 
 def profile(runs: list[Run], prefix: str, labels: list[str], pick: Callable[[list[dict]], list[dict]]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std over runs of each bin's mean over the records ``pick`` selects (NaN where absent)."""
+    """Mean and CI half-width over runs of each bin's mean over the records ``pick`` selects (NaN where absent)."""
     per_run = []
     for run in runs:
         chosen = pick(run.train_records)
@@ -124,12 +128,14 @@ def profile(runs: list[Run], prefix: str, labels: list[str], pick: Callable[[lis
     values = np.array(per_run, dtype=float).reshape(len(runs), len(labels))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a bin no run reached is all NaN
-        return np.nanmean(values, axis=0), np.nanstd(values, axis=0, ddof=1 if len(runs) > 1 else 0)
+        mean = np.nanmean(values, axis=0)
+    half = np.array([_half_width(column[~np.isnan(column)]) for column in values.T])
+    return mean, half
 
 
-def _std(values: list[float]) -> float:
-    """Sample standard deviation (0 for one value), as in the summary table."""
-    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+def _half_width(values: Any) -> float:
+    """Half-width of the 95% t-interval of the mean of ``values``, as in the summary table (0 for fewer than two)."""
+    return mean_ci(values).half_width if len(values) > 1 else 0.0
 
 
 def _train_steps(points: list[Point]) -> int:
@@ -143,13 +149,13 @@ def plot_reward_accuracy(points: list[Point], path: Path) -> Optional[Path]:
     fig, (left, right) = _figure(2)
     drawn = False
     for point, style in zip(points, _styles(len(points))):
-        steps, mean, std = series(point.used, "reward/mean")
+        steps, mean, half = series(point.used, "reward/mean")
         if steps.size:
-            _band(left, steps, smooth(mean, window), smooth(std, window), len(point.used), style, markers=False)
+            _band(left, steps, smooth(mean, window), smooth(half, window), len(point.used), style, markers=False)
             drawn = True
-        steps, mean, std = series(point.used, "eval/greedy_accuracy")
+        steps, mean, half = series(point.used, "eval/greedy_accuracy")
         if steps.size:
-            _band(right, steps, mean, std, len(point.used), style)
+            _band(right, steps, mean, half, len(point.used), style)
     for ax in (left, right):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         _from_zero(ax)
@@ -179,8 +185,8 @@ def plot_entropy_by_position(points: list[Point], path: Path) -> Optional[Path]:
     windows = ((start, False, f"Start of training (first {count} step{'s' * (count > 1)})"), (end, True, f"End of training (last {count} step{'s' * (count > 1)})"))
     for ax, last, title in windows:
         for point, style in zip(points, _styles(len(points))):
-            mean, std = profile(point.used, prefix, labels, lambda rs, last=last: tail(rs, TAIL, last))
-            _band(ax, np.arange(len(labels)), mean, std, len(point.used), style)
+            mean, half = profile(point.used, prefix, labels, lambda rs, last=last: tail(rs, TAIL, last))
+            _band(ax, np.arange(len(labels)), mean, half, len(point.used), style)
         _position_axes(ax, labels, title, "entropy (nats/token)")
     return _save(fig, points, path)
 
@@ -193,9 +199,9 @@ def plot_clip_by_position(points: list[Point], path: Path) -> Optional[Path]:
         prefixes = [clip_prefix(point.used, source) for point in points]
         labels = by_position(label for point, prefix in zip(points, prefixes) for label in bin_labels(point.used, prefix))
         for point, prefix, style in zip(points, prefixes, _styles(len(points))):
-            mean, std = profile(point.used, prefix, labels, lambda rs: rs)
+            mean, half = profile(point.used, prefix, labels, lambda rs: rs)
             if labels and not np.isnan(mean).all():
-                _band(ax, np.arange(len(labels)), 100 * mean, 100 * std, len(point.used), style)
+                _band(ax, np.arange(len(labels)), 100 * mean, 100 * half, len(point.used), style)
         if not labels:
             ax.text(0.5, 0.5, f"no {source} tokens\n(ratio=0 has no seeds)" if source != "plain" else "no plain tokens", transform=ax.transAxes, ha="center", va="center", color="gray")
         drawn = drawn or bool(labels)
@@ -217,8 +223,8 @@ def plot_passk(points: list[Point], path: Path) -> Optional[Path]:
         if not k_values:
             continue
         values = [[f[f"pass@{k}"] for f in finals if f"pass@{k}" in f] for k in k_values]
-        mean, std = np.array([np.mean(v) for v in values]), np.array([_std(v) for v in values])
-        ax.errorbar(k_values, mean, yerr=std if len(finals) > 1 else None, lw=2, ms=5, capsize=3, **style)
+        mean, half = np.array([np.mean(v) for v in values]), np.array([_half_width(v) for v in values])
+        ax.errorbar(k_values, mean, yerr=half if len(finals) > 1 else None, lw=2, ms=5, capsize=3, **style)
         ks.update(k_values)
     if not ks:
         plt.close(fig)

@@ -1,0 +1,76 @@
+"""``tsctl report``: summary tables with confidence intervals, paired comparisons and plots of a sweep or a run.
+
+A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
+the table; a report on one run uses it whatever its status. Outputs go to ``<sweep>/report/`` or
+``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,
+``comparisons.csv`` (sweeps with a baseline) and PNGs.
+
+Rooms: :mod:`~tsctl.report.points` reads run folders and groups them into points,
+:mod:`~tsctl.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stats`),
+:mod:`~tsctl.report.tables` writes them as text, :mod:`~tsctl.report.plots` draws the figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from tsctl import atomic
+from tsctl.config.errors import ConfigError
+from tsctl.report.compare import compare, default_baseline, parse_baseline, summarize
+from tsctl.report.points import FINAL_EVAL, Run, find_runs, group_points, is_run_folder
+from tsctl.report.tables import comparisons_csv, csv_text, markdown, print_tables
+from tsctl.stats import LEVEL
+
+__all__ = ["FINAL_EVAL", "find_runs", "report"]
+
+
+def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level: float = LEVEL) -> Path:
+    """Write the summary (Markdown, CSV), the paired comparisons and the plots of the sweep or run at ``path``; return the output folder.
+
+    Args:
+        baseline: the setting every other point is compared with, e.g. ``"ratio=0"``; None takes the
+            first value of the first swept key.
+        level: confidence level of every interval.
+
+    Raises:
+        FileNotFoundError: ``path`` holds no run.
+        ConfigError: the baseline is malformed or matches no point.
+    """
+    from tsctl.report.plots import draw_all
+
+    path = Path(path)
+    runs = find_runs(path)
+    single = is_run_folder(path)
+    out = path / ("plots" if single else "report")
+    points = group_points(runs, single=single)
+    summary = summarize(points, level)
+    try:
+        chosen = parse_baseline(baseline) if baseline else default_baseline(path, points)
+    except ValueError as err:
+        raise ConfigError("report.baseline", str(err)) from None
+    if baseline and not any(all(p.settings.get(k) == v for k, v in chosen.items()) for p in points):
+        labels = ", ".join(p.label for p in points)
+        raise ConfigError("report.baseline", f"{baseline!r} matches no point of {path}; the points are: {labels}")
+    rows = compare(summary, chosen) if chosen and not single else []
+    named = " ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ""
+    images = draw_all(points, out)
+    title = f"{'Run' if single else 'Sweep'} {path.name}"
+    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images))
+    atomic.write_text(out / "summary.csv", csv_text(summary))
+    if rows:
+        atomic.write_text(out / "comparisons.csv", comparisons_csv(rows))
+    if echo:
+        print_tables(summary, rows, named, title)
+    log_images(images, runs)
+    return out
+
+
+def log_images(images: list[Path], runs: list[Run]) -> None:
+    """Log ``images`` to the active wandb run, if there is one, at the runs' last step."""
+    wandb = sys.modules.get("wandb")
+    if wandb is None or wandb.run is None:
+        return
+    step = max((r.get("step", 0) for run in runs for r in run.records), default=0)
+    wandb.run.log({f"plots/{p.stem}": wandb.Image(str(p), caption=p.stem) for p in images}, step=step)
