@@ -1,0 +1,225 @@
+"""Regenerate docs/RESULTS.md: the sweeps behind tsctl's published numbers, their statistics and plots,
+and what they say about the four claims of the Thinking Seeds method.
+
+    python scripts/results.py                     # run (or resume) every sweep, then write the page
+    python scripts/results.py --only countdown-ratio --jobs 2
+    python scripts/results.py --render            # only rewrite the page from what has finished
+
+Every sweep is ``tsctl ablate experiment=results name=<sweep> ...``: rerunning the script skips finished
+points and resumes interrupted ones, so the page can be finished over several sittings. The page says
+how many runs each table stands on; a sweep with no finished run is listed as pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from tsctl.report import report
+from tsctl.report.compare import compare, summarize
+from tsctl.report.points import Point, Run, find_runs, group_points, tail
+from tsctl.report.tables import comparison_rows, notes, table_rows
+from tsctl.stats import paired_difference, verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "RESULTS.md"
+FIGURES = ROOT / "docs" / "results"
+
+SWEEPS: dict[str, tuple[str, list[str], str]] = {
+    "countdown-ratio": ("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0"),
+    "arithmetic-ratio": ("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
+    "countdown-truncation": ("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
+    "countdown-refresh": ("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
+}
+"""name -> (title, overrides, baseline). Ratio sweeps take ``--seeds`` seeds, the others ``--ablation-seeds``."""
+
+
+def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: str) -> None:
+    """``tsctl ablate`` the sweep (resumes what exists); a failed point does not stop the others."""
+    _, overrides, baseline = SWEEPS[name]
+    args = [*overrides, f"seed={','.join(map(str, range(seeds)))}", "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
+    if steps:
+        args.append(f"trainer.steps={steps}")
+    env = dict(os.environ)
+    if jobs > 1:
+        args += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    print(f"== {name}: tsctl ablate {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, "-m", "tsctl", "ablate", *args], env=env, check=False)
+
+
+def _end_entropy(run: Run, key: str) -> Optional[float]:
+    values = [r[key] for r in tail(run.train_records) if key in r]
+    return float(np.mean(values)) if values else None
+
+
+def _position_bins(run: Run) -> list[str]:
+    labels = {k.split("/", 1)[1] for r in run.train_records for k in r if k.startswith("entropy_by_pos/")}
+    return sorted(labels, key=lambda label: int(label.split("-")[0].rstrip("+")))
+
+
+def _paired_line(what: str, a: list[float], b: list[float], unit: str, higher_is_better: Optional[bool] = None) -> str:
+    """``what``: mean of a vs mean of b, the paired difference with its 95% interval and p-value, and the verdict."""
+    if len(a) < 2:
+        return f"{what}: {len(a)} finished run(s), too few for an interval."
+    c = paired_difference(a, b)
+    return (f"{what}: {np.mean(a):.4g} vs {np.mean(b):.4g} {unit} (n={len(a)}); difference {c.diff.mean:+.4g} "
+            f"[95% CI {c.diff.low:+.4g}, {c.diff.high:+.4g}], p={c.p_value:.3g}: **{verdict(c, higher_is_better)}**.")
+
+
+def claim_entropy_falls(points: dict[str, Point]) -> list[str]:
+    """(i) Under plain on-policy training entropy falls along the position and over training."""
+    base = points.get("ratio=0")
+    if base is None or not base.used:
+        return ["no finished ratio=0 run yet."]
+    lines = []
+    runs = base.used
+    bins = _position_bins(runs[0])
+    if len(bins) >= 2:
+        first = [_end_entropy(r, f"entropy_by_pos/{bins[0]}") for r in runs]
+        last = [_end_entropy(r, f"entropy_by_pos/{bins[-1]}") for r in runs]
+        keep = [i for i in range(len(runs)) if first[i] is not None and last[i] is not None]
+        lines.append(_paired_line(f"along the position (last 10% of steps), tokens {bins[-1]} minus tokens {bins[0]}",
+                                  [last[i] for i in keep], [first[i] for i in keep], "nats/token"))
+    early = [float(np.mean([r["entropy"] for r in tail(run.train_records, last=False)])) for run in runs]
+    late = [float(np.mean([r["entropy"] for r in tail(run.train_records)])) for run in runs]
+    lines.append(_paired_line("over training, last 10% of steps minus first 10%", late, early, "nats/token"))
+    return lines
+
+
+def claim_prefix_clipped(points: dict[str, Point]) -> list[str]:
+    """(ii) Prefix tokens are clipped far more often than suffix tokens."""
+    lines = []
+    for label, point in points.items():
+        runs = [r for r in point.used if any("clipped_by_source/prefix" in x for x in r.train_records)]
+        if not runs:
+            continue
+        prefix = [100 * float(np.mean([x["clipped_by_source/prefix"] for x in r.train_records if "clipped_by_source/prefix" in x])) for r in runs]
+        suffix = [100 * float(np.mean([x["clipped_by_source/suffix"] for x in r.train_records if "clipped_by_source/suffix" in x])) for r in runs]
+        times = np.mean(prefix) / max(np.mean(suffix), 1e-12)
+        lines.append(_paired_line(f"{label}: clipped % of prefix minus suffix tokens ({times:.1f}x)", prefix, suffix, "%"))
+    return lines or ["no finished seeded run yet."]
+
+
+def claim_ratio_beats_zero(points: dict[str, Point], rows: list) -> list[str]:
+    """(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k."""
+    lines = []
+    for r in rows:
+        if r.metric == "greedy_accuracy" or r.metric.startswith("pass@"):
+            c = r.by_problem or r.by_seed
+            how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
+            lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}, "
+                         f"difference {c.diff.mean:+.3f} [95% CI {c.diff.low:+.3f}, {c.diff.high:+.3f}] ({how}): **{r.verdict}**.")
+    return lines or ["no paired comparison yet."]
+
+
+def claim_seeded_entropy(points: dict[str, Point]) -> list[str]:
+    """(iv) Seeded runs keep a higher entropy (mean over the last 10% of steps, all tokens the rollout policy saw)."""
+    base = points.get("ratio=0")
+    if base is None:
+        return ["no finished ratio=0 run yet."]
+    base_by_seed = {r.seed: _end_entropy(r, "entropy") for r in base.used}
+    lines = []
+    for label, point in points.items():
+        if label == "ratio=0":
+            continue
+        pairs = [(_end_entropy(r, "entropy"), base_by_seed[r.seed]) for r in point.used if r.seed in base_by_seed]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        lines.append(_paired_line(f"{label} minus ratio=0, entropy at the end of training", [a for a, _ in pairs], [b for _, b in pairs], "nats/token"))
+    return lines
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Point]], list]:
+    """The page section of one sweep (tables, plots), its points by label and its comparison rows."""
+    title, _, baseline = SWEEPS[name]
+    folder = runs_dir / "results" / name
+    lines = [f"## {title}", ""]
+    try:
+        runs = find_runs(folder)
+    except FileNotFoundError:
+        return lines + [f"Pending: no run yet (`python scripts/results.py --only {name}`).", ""], None, []
+    points = group_points(runs)
+    summary = summarize(points)
+    key, value = baseline.split("=", 1)
+    rows = compare(summary, {key: value})
+    out = report(folder, echo=False, baseline=baseline)
+    target = FIGURES / name
+    target.mkdir(parents=True, exist_ok=True)
+    images = sorted(out.glob("*.png"))
+    for image in images:
+        shutil.copyfile(image, target / image.name)
+    lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
+    if rows:
+        lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
+    lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
+    return lines, {p.label: p for p in points}, rows
+
+
+CLAIMS: list[tuple[str, str, Callable]] = [
+    ("(i) Entropy falls along the position and over training under plain on-policy training (ratio=0)", "entropy", claim_entropy_falls),
+    ("(ii) Prefix tokens are clipped far more often than suffix tokens", "clip", claim_prefix_clipped),
+    ("(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k", "beats", claim_ratio_beats_zero),
+    ("(iv) Seeded runs keep a higher entropy", "keeps", claim_seeded_entropy),
+]
+
+
+def render(runs_dir: Path) -> str:
+    """The whole page from the sweeps as they stand."""
+    body, ratio_sweeps = [], []
+    for name in SWEEPS:
+        lines, points, rows = section(name, runs_dir)
+        body += lines
+        if name.endswith("-ratio") and points:
+            ratio_sweeps.append((name, points, rows))
+    claims = ["## The method's claims, as these runs see them", ""]
+    for title, kind, fn in CLAIMS:
+        claims += [f"### {title}", ""]
+        if not ratio_sweeps:
+            claims += ["- no ratio sweep has finished runs yet.", ""]
+        for name, points, rows in ratio_sweeps:
+            found = fn(points, rows) if kind == "beats" else fn(points)
+            claims += [f"- {name}: {line}" for line in found]
+        claims.append("")
+    head = [
+        "# Results",
+        "",
+        "Regenerate with `python scripts/results.py` (resumable; `--render` rewrites this page from what has finished).",
+        "Every run is `tsctl train` on the built-in model at the default settings unless the sweep says otherwise;",
+        "each point is several seeds, paired by seed in every comparison. 95% intervals throughout.",
+        "",
+    ]
+    return "\n".join(head + claims + body) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=list(SWEEPS), help="run only these sweeps (the page still shows all)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds of the ratio sweeps (default 5)")
+    parser.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the truncation and refresh sweeps (default 3)")
+    parser.add_argument("--steps", type=int, default=None, help="trainer.steps of every run (default: the default run's length)")
+    parser.add_argument("--jobs", type=int, default=1, help="points in parallel (joblib), each with cores/jobs threads")
+    parser.add_argument("--runs-dir", default="runs", help="runs_dir of the sweeps (default runs)")
+    parser.add_argument("--render", action="store_true", help="do not run anything; only rewrite the page")
+    parser.add_argument("--page", type=Path, default=PAGE, help=f"where to write the page (default {PAGE.relative_to(ROOT)})")
+    args = parser.parse_args(argv)
+    if not args.render:
+        for name in args.only or list(SWEEPS):
+            seeds = args.seeds if name.endswith("-ratio") else args.ablation_seeds
+            run_sweep(name, seeds, args.steps, args.jobs, args.runs_dir)
+    args.page.write_text(render(Path(args.runs_dir)))
+    print(f"wrote {args.page}")
+
+
+if __name__ == "__main__":
+    main()

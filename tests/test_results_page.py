@@ -1,0 +1,60 @@
+"""``scripts/results.py``: the results page written from finished sweeps, with the four claims assessed."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def results(monkeypatch, tmp_path):
+    spec = importlib.util.spec_from_file_location("results_script", ROOT / "scripts" / "results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "FIGURES", tmp_path / "figures")
+    return module
+
+
+def fake_point(folder: Path, ratio: int, seed: int, accuracy: float) -> None:
+    """A finished run: entropy falls over the steps and along the position; seeded runs clip prefixes 10x more."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"ratio": ratio, "seed": seed}))
+    (folder / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"ratio={ratio}", f"seed={seed}"]))
+    records = []
+    for step in range(1, 21):
+        entropy = 0.5 - (0.01 + 0.0005 * seed) * step + ((0.004 + 0.0002 * seed) * step if ratio else 0)
+        record = {"step": step, "reward/mean": 0.4, "entropy": entropy, "entropy_by_pos/0-3": entropy + 0.1, "entropy_by_pos/4-7": entropy - 0.1 - 0.002 * seed}
+        if ratio:
+            record |= {"clipped_by_source/prefix": 0.01 + 0.001 * seed, "clipped_by_source/suffix": 0.001}
+        records.append(record)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "final_eval.json").write_text(json.dumps({"greedy_accuracy": accuracy, "pass@1": accuracy / 2}))
+
+
+def test_page_assesses_the_claims_with_numbers(results, tmp_path):
+    sweep = tmp_path / "runs" / "results" / "countdown-ratio"
+    for seed in range(3):
+        fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
+        fake_point(sweep / f"ratio=25-seed={seed}", 25, seed, 0.40 + 0.01 * seed + (0.02, 0.03, 0.025)[seed])
+    page = results.render(tmp_path / "runs")
+    assert "Pending: no run yet (`python scripts/results.py --only arithmetic-ratio`)" in page
+    claims = page.split("## The method's claims")[1].split("\n## ")[0]
+    # (i) along the position: tokens 4-7 are 0.2 + 0.002*seed below tokens 0-3;
+    # over training: steps 19-20 minus steps 1-2 is -18 * (0.01 + 0.0005*seed), -0.189 on average
+    assert "tokens 4-7 minus tokens 0-3" in claims and "difference -0.202" in claims
+    assert "last 10% of steps minus first 10%: " in claims and "difference -0.189 " in claims
+    # (ii) prefix 1.1% vs suffix 0.1% of tokens
+    assert "clipped % of prefix minus suffix tokens (11.0x)" in claims
+    # (iii) ratio 25 gains 2-3 points on every seed: better by seed
+    assert "ratio=25 vs ratio=0, greedy_accuracy: 0.435 vs 0.410, difference +0.025" in claims
+    # (iv) seeded entropy is higher by (0.004 + 0.0002*seed) * 19.5 over the last 2 steps: +0.0819 on average
+    assert "ratio=25 minus ratio=0, entropy at the end of training" in claims and "difference +0.0819" in claims
+    assert claims.count("**better**") >= 1 and "**lower**" in claims and "**higher**" in claims
+    assert (tmp_path / "figures" / "countdown-ratio" / "reward_accuracy.png").is_file()
+    assert "| ratio=25 | 3/3 |" in page
