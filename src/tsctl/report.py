@@ -14,8 +14,10 @@ What "final" means per run:
 - clip fraction by token source: the mean over all training steps.
 
 A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
-the table; a report on one run uses it whatever its status. Outputs go to ``<sweep>/report/`` or
-``<run>/plots/``: ``summary.md`` (the table, the notes and the plots), ``summary.csv`` and PNGs.
+the table; a report on one run uses it whatever its status. A run whose summary values include
+NaN/Inf is named in a warning (console and ``summary.md``) with the first step where its metrics went
+bad. Outputs go to ``<sweep>/report/`` or ``<run>/plots/``: ``summary.md`` (the table, the notes and
+the plots), ``summary.csv`` and PNGs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Iterable, Optional
 
 from omegaconf import OmegaConf
 
+from tsctl.nan_warnings import run_warnings
 from tsctl.runs import RunDir
 
 FINAL_EVAL = "final_eval.json"
@@ -319,8 +322,8 @@ def csv_text(summary: Summary) -> str:
     return buffer.getvalue()
 
 
-def print_table(summary: Summary, title: str) -> None:
-    """The summary as a rich table on the console, failures below it: a row per metric when that fits, else a row per point."""
+def print_table(summary: Summary, title: str, warnings: Iterable[str] = ()) -> None:
+    """The summary as a rich table on the console, failures and ``warnings`` below it: a row per metric when that fits, else a row per point."""
     from rich.table import Table
 
     from tsctl.progress import console
@@ -336,6 +339,8 @@ def print_table(summary: Summary, title: str) -> None:
     console.print(table)
     for line in failures_text(summary.points):
         console.print(f"[red]{line}[/red]", highlight=False)
+    for line in warnings:
+        console.print(f"[red]warning: non-finite metric:[/red] {line}", highlight=False, soft_wrap=True)
 
 
 def log_images(images: list[Path], runs: list[Run]) -> None:
@@ -360,9 +365,11 @@ def report(path: Path, echo: bool = True) -> Path:
     summary = summarize(points)
     images = draw_all(points, out)
     title = f"{'Run' if single else 'Sweep'} {path.name}"
-    atomic.write_text(out / "summary.md", markdown(summary, title, images))
+    warnings = [line for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
+    notes = "".join(f"\n**Warning: non-finite metric.** {line}\n" for line in warnings)
+    atomic.write_text(out / "summary.md", markdown(summary, title, images) + notes)
     atomic.write_text(out / "summary.csv", csv_text(summary))
     if echo:
-        print_table(summary, title)
+        print_table(summary, title, warnings)
     log_images(images, runs)
     return out
