@@ -60,10 +60,31 @@ def test_stats_mask_excludes_samples_from_statistics():
     assert not torch.allclose(group_advantages(rewards, [0, 0, 0, 0], eps=0.0), adv)
 
 
-def test_stats_group_all_equal_centres_without_scaling():
-    rewards = torch.tensor([0.0, 0.0, 1.0])
-    adv = group_advantages(rewards, [0, 0, 0], stats_mask=torch.tensor([True, True, False]))
-    assert torch.equal(adv, torch.tensor([0.0, 0.0, 1.0]))
+def test_stats_group_all_equal_falls_back_to_the_whole_groups_std():
+    # Group 0: plain rewards [0, 0] (std 0), seeded 1. Centred by the plain mean 0, scaled by the
+    # std of all three, [0, 0, 1]: mean 1/3, unbiased variance (1/9 + 1/9 + 4/9) / 2 = 1/3.
+    # Group 1: plain [0, 1] (std sqrt(1/2)), seeded 1: scaled by the plain std as before.
+    rewards = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    stats = torch.tensor([True, True, False, True, True, False])
+    adv = group_advantages(rewards, [0, 0, 0, 1, 1, 1], stats_mask=stats, eps=0.0)
+    r2 = math.sqrt(2.0)
+    torch.testing.assert_close(adv, torch.tensor([0.0, 0.0, math.sqrt(3.0), -1 / r2, 1 / r2, 1 / r2], dtype=torch.float64))
+    # eps is added to the fallback std as to any other
+    eps = group_advantages(rewards, [0, 0, 0, 1, 1, 1], stats_mask=stats, eps=0.1)
+    assert eps[2].item() == pytest.approx(1.0 / (1 / math.sqrt(3.0) + 0.1))
+
+
+def test_stats_group_whose_every_reward_is_equal_stays_zero():
+    rewards = torch.tensor([1.0, 1.0, 1.0])
+    adv = group_advantages(rewards, [0, 0, 0], stats_mask=torch.tensor([True, False, False]))
+    assert torch.equal(adv, torch.zeros(3))
+
+
+def test_one_plain_sample_falls_back_to_the_whole_groups_std():
+    # plain [1] (std 0 with one sample), seeded [0, 0]: centred by 1, scaled by std([1, 0, 0]) = 1/sqrt(3)
+    rewards = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+    adv = group_advantages(rewards, [0, 0, 0], stats_mask=torch.tensor([True, False, False]), eps=0.0)
+    torch.testing.assert_close(adv, torch.tensor([0.0, -math.sqrt(3.0), -math.sqrt(3.0)], dtype=torch.float64))
 
 
 def test_single_sample_group_is_zero():

@@ -22,8 +22,8 @@ behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
 [cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] (countdown|arithmetic|file),
 [cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
-clip_c, kl_coef, dynamic_sampling, overlong), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group),
-[cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every),
+clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group),
+[cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
 [cyan]shards[/cyan] (seed/rollout: checkpoint, step, data_step, steps, out_dir, overwrite), [cyan]logger[/cyan] (console|wandb).
 
@@ -49,8 +49,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tsctl.runs import RunError
     from tsctl.seeds.shards import ShardError
     from tsctl.tasks.records import DataError
+    from tsctl.trainer.nonfinite import NonFiniteError
 
-    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, FileNotFoundError)
+    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, NonFiniteError, FileNotFoundError)
 
 
 def quote_baseline(overrides: list[str]) -> list[str]:

@@ -16,13 +16,16 @@ What one step does, top to bottom:
    overlong penalty or masking, and DAPO dynamic sampling (drop all-equal groups, draw more).
 5. **Old log-probs.** pi_old's log-probs as the ``hf`` engine reported them while sampling, or
    one no-grad forward over the batch (``trainer.old_logprobs``, see ``trainer/pi_old.py``); the
-   ratio of a prefix token is taken against its stored pi_b log-prob, of every other token against pi_old.
+   ratio of a prefix token is taken against its stored pi_b log-prob (its weight bounded by a dual
+   clip, ``algo.prefix_clip_c``), of every other token against pi_old.
 6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
    token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
    Rows that share a prompt share one forward of it (``trainer.share_prompts``, same gradients).
 7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
    ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
-   ``save_every`` steps, from which ``resume=true`` continues exactly.
+   ``save_every`` steps, from which ``resume=true`` continues exactly. A NaN/Inf loss, gradient or
+   parameter stops the run before its weights reach a checkpoint (``trainer.nonfinite``, see
+   ``trainer/nonfinite.py``).
 
 Kept from DAPO: clip-higher, token-mean loss, dynamic sampling and overlong shaping (both off by
 default), no KL term by default. Dropped: value model, reward model (rewards are rule-based).
@@ -52,6 +55,7 @@ from tsctl.trainer import pi_old
 from tsctl.trainer.batch import old_logprobs, pack
 from tsctl.trainer.checkpoint import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
 from tsctl.trainer.heldout import heldout_metrics
+from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
 from tsctl.seeds.shards import write_shard
 from tsctl.trainer.rollout import collect_groups
 from tsctl.trainer.rewards import sample_advantages
@@ -107,11 +111,13 @@ def train(composed: Composed) -> RunDir:
             highlight=False,
         )
     start = 0
+    guard = NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
     if resume_from:
         start, state = resume_from[0], load_state(resume_from[1])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
+        guard.skips = state.get("nonfinite_skips", 0)
         run.truncate_metrics(start)
     else:
         torch.manual_seed(cfg.seed)
@@ -129,7 +135,8 @@ def train(composed: Composed) -> RunDir:
                     seeds.prepare(step, model, engine)
                 seeds_time = time.perf_counter() - t_seeds
                 rollouts = run.path / "rollouts" if tr.save_rollouts else None
-                record = train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, rollouts)
+                guard.begin_step(step + 1)
+                record = train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, rollouts, guard)
                 # Seed generation (at refresh steps) counts toward the step that triggered it.
                 record["time/seeds"] = seeds_time
                 record["time/step"] += seeds_time
@@ -138,12 +145,13 @@ def train(composed: Composed) -> RunDir:
                     record.update(heldout_metrics(engine, formatter, task, cfg, done))
                 sink.log(record)
                 if done % tr.save_every == 0 or done == tr.steps:
-                    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
+                    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state(), "nonfinite_skips": guard.skips}
                     save_checkpoint(run.checkpoints, done, model, tokenizer, state)
                     prune_checkpoints(run.checkpoints, tr.keep_checkpoints)
                 progress.update(bar, advance=1, status=_status(record))
     except BaseException as err:
-        run.set_status("failed", error=f"{type(err).__name__}: {err}")
+        details = err.manifest_fields() if isinstance(err, NonFiniteError) else {}
+        run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
         raise
     finally:
         sink.close()
@@ -158,10 +166,11 @@ def _status(record: dict) -> str:
     return text
 
 
-def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, rollouts_dir: Path | None = None) -> dict:
+def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, rollouts_dir: Path | None = None, guard: NonFiniteGuard | None = None) -> dict:
     """One step (rollout, advantages, old log-probs, update); returns its metrics record.
 
-    With ``rollouts_dir``, the step's samples are also written there as ``step-<N>.parquet``.
+    With ``rollouts_dir``, the step's samples are also written there as ``step-<N>.parquet``;
+    ``guard`` is the run's non-finite guard (raises :class:`NonFiniteError` to stop the run).
     """
     tr, al, e = cfg.trainer, cfg.algo, cfg.engine
     timings: dict[str, float] = {}
@@ -195,7 +204,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
 
     t2 = time.perf_counter()
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step, SHUFFLE_SEED))
-    update = policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), loss_mask, cfg, generator, ref)
+    update = policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), loss_mask, cfg, generator, ref, guard)
     timings["time/update"] = time.perf_counter() - t2
     engine.load_weights(model.state_dict())
     trained_tokens = int(batch.attention_mask.sum()) * tr.epochs

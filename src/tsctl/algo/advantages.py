@@ -3,7 +3,10 @@
 Every sample of a prompt group gets one scalar advantage, broadcast over its tokens by the loss.
 Thinking Seeds may compute the group statistics over the plain samples only
 (``seeds.adv_group=plain``): ``stats_mask`` selects the samples that enter the mean and std, while
-every sample, seeded or not, is still centred and scaled by them.
+every sample, seeded or not, is still centred and scaled by them. Where the selected samples all
+share one reward (or there is only one), their std is 0 and the scale falls back to the std of the
+whole group, so the other samples (seeded ones with a different reward) are scaled like those of
+every other group, not left unscaled.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ def group_advantages(
     by ``stats_mask``; ``std_g`` is the unbiased (Bessel-corrected) standard deviation, as in
     ``torch.std``, and is 0 for a group with one statistics sample.
 
-    A group whose statistics samples all share one reward has ``std_g = 0``: its advantages are
-    centred but not scaled, so every sample with that reward gets exactly 0 (never NaN, never
-    ``x / eps``). Exactness holds for any float reward because the statistics are computed on
-    rewards shifted by the group's minimum, which makes equal rewards cancel without rounding.
+    A group whose statistics samples all share one reward has ``std_g = 0``: the scale is then the
+    std of *all* the group's samples (plus ``eps``), and 1 when that is 0 too (the whole group
+    shares one reward and every advantage is 0). Either way every sample with the statistics'
+    reward gets exactly 0 (never NaN, never ``x / eps``). Exactness holds for any float reward
+    because the statistics are computed on rewards shifted by the group's minimum, which makes
+    equal rewards cancel without rounding. Without ``stats_mask`` both stds are the same.
 
     Args:
         rewards: ``[B]`` with ``group_index``, or ``[G, n]`` (one row per group) without it.
@@ -79,13 +84,24 @@ def group_advantages(
     centred = shifted - mean[ids]
 
     if norm_by_std:
-        sq = torch.zeros_like(ref).index_add(0, s_ids, centred[stats] ** 2)
-        std = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq)).sqrt()
-        scale = torch.where(std > 0, std + eps, torch.ones_like(std))
+        std = _group_std(centred[stats], s_ids, count)
+        fallback = torch.ones_like(std)
+        if stats_mask is not None:
+            count_all = torch.bincount(ids, minlength=num).to(torch.float64)
+            mean_all = torch.zeros_like(ref).index_add(0, ids, shifted) / count_all
+            std_all = _group_std(shifted - mean_all[ids], ids, count_all)
+            fallback = torch.where(std_all > 0, std_all + eps, fallback)
+        scale = torch.where(std > 0, std + eps, fallback)
         centred = centred / scale[ids]
 
     out_dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
     return centred.to(out_dtype).reshape(rewards.shape)
+
+
+def _group_std(deviations: Tensor, ids: Tensor, count: Tensor) -> Tensor:
+    """Unbiased std per group from each sample's deviation from its group mean [N] and group id [N]; 0 for one sample."""
+    sq = torch.zeros_like(count).index_add(0, ids, deviations**2)
+    return torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq)).sqrt()
 
 
 def overlong_penalty(lengths: Tensor, max_len: int, buffer: int, penalty: float) -> Tensor:

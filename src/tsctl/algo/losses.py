@@ -30,16 +30,25 @@ without bias, unlike per-micro-batch means. Names:
 
 The masked token-mean of ``clip_low + clip_high`` is verl's ``pg_clipfrac`` (tokens where the clipped
 term wins: ``-A * clip(r) > -A * r``); that of ``clip_dual`` is verl's ``pg_clipfrac_lower``.
+
+Dual clip per token. ``clip_c`` may be a ``[B, T]`` tensor of per-token constants (``inf`` where the
+dual clip is off): :func:`dual_clip_bounds` gives seed-prefix tokens their own bound
+(``algo.prefix_clip_c``). A prefix token's ratio is taken against a behaviour policy up to a whole
+refresh window stale, so ``pi_theta >> pi_b`` is common there; with ``A < 0`` the unclipped ``-A r``
+would grow without bound, the dual clip caps it at ``-A c`` (zero gradient beyond ``r = c``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
 
 Norm = Union[float, Tensor]
+DualClip = Union[float, Tensor, None]
+"""A dual-clip constant: one float for every token, a ``[B, T]`` tensor of per-token constants, or None (off)."""
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 """``fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, clip_c, token_norm, seq_norm)``."""
 
@@ -93,12 +102,12 @@ def clipped_objective(
     *,
     clip_low: float,
     clip_high: float,
-    clip_c: Optional[float] = None,
+    clip_c: DualClip = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token PPO loss with clip-higher and optional dual clip (verl's vanilla policy loss).
 
     ``l_t = max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high))``; with ``clip_c`` and ``A < 0``,
-    ``l_t = min(l_t, -A clip_c)``.
+    ``l_t = min(l_t, -A clip_c)`` (``clip_c`` may differ per token).
 
     Args:
         logprobs: ``[B, T]`` log-probs of the sampled tokens under ``pi_theta`` (with grad).
@@ -106,12 +115,13 @@ def clipped_objective(
         advantages: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages.
         clip_low: lower clip range (> 0).
         clip_high: upper clip range (> 0).
-        clip_c: dual-clip constant (> 1), or None to disable the dual clip.
+        clip_c: dual-clip constant (> 1), a ``[B, T]`` tensor of per-token constants (> 1, ``inf``
+            where off; see :func:`dual_clip_bounds`), or None to disable the dual clip.
 
     Returns:
         ``[B, T]`` per-token loss, and the per-token metrics described in the module docstring.
     """
-    if clip_c is not None and clip_c <= 1.0:
+    if isinstance(clip_c, (int, float)) and clip_c <= 1.0:
         raise ValueError(f"clip_c must be > 1 (or None); got {clip_c}")
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -119,7 +129,11 @@ def clipped_objective(
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
-    if clip_c is not None:
+    if isinstance(clip_c, Tensor):
+        on = torch.isfinite(clip_c)
+        bound = -adv * torch.where(on, clip_c, torch.ones_like(clip_c))
+        loss = torch.where((adv < 0) & on, torch.minimum(loss, bound), loss)
+    elif clip_c is not None:
         loss = torch.where(adv < 0, torch.minimum(loss, -adv * clip_c), loss)
 
     with torch.no_grad():
@@ -138,6 +152,28 @@ def clipped_objective(
             "kl_k3": (r - 1.0 - log_ratio.detach()).float(),
         }
     return loss, metrics
+
+
+def dual_clip_bounds(prefix: Tensor, clip_c: Optional[float], prefix_clip_c: Optional[float]) -> Union[float, Tensor, None]:
+    """The ``clip_c`` argument of a policy loss: ``clip_c`` everywhere, tighter on seed-prefix tokens.
+
+    Args:
+        prefix: ``[B, T]`` bool, True on seed-prefix tokens (ratio taken against pi_b).
+        clip_c: dual-clip constant of every token (``algo.clip_c``), or None.
+        prefix_clip_c: dual-clip constant of prefix tokens (``algo.prefix_clip_c``), or None.
+
+    Returns:
+        ``clip_c`` itself when ``prefix_clip_c`` is None (the scalar path, as without seeds); else a
+        ``[B, T]`` float32 tensor: ``min(clip_c, prefix_clip_c)`` on prefix tokens, ``clip_c`` (or
+        ``inf``, off) elsewhere.
+    """
+    if prefix_clip_c is None:
+        return clip_c
+    for name, value in (("clip_c", clip_c), ("prefix_clip_c", prefix_clip_c)):
+        if value is not None and value <= 1.0:
+            raise ValueError(f"{name} must be > 1 (or None); got {value}")
+    other = math.inf if clip_c is None else clip_c
+    return torch.where(prefix.bool(), min(other, prefix_clip_c), other).to(torch.float32)
 
 
 def aggregate_token_mean(values: Tensor, mask: Tensor, token_norm: Norm) -> Tensor:
@@ -182,7 +218,7 @@ def dapo_loss(
     *,
     clip_low: float,
     clip_high: float,
-    clip_c: Optional[float] = None,
+    clip_c: DualClip = None,
     token_norm: Norm,
     seq_norm: Norm,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -217,7 +253,7 @@ def grpo_loss(
     *,
     clip_low: float,
     clip_high: float,
-    clip_c: Optional[float] = None,
+    clip_c: DualClip = None,
     token_norm: Norm,
     seq_norm: Norm,
 ) -> tuple[Tensor, dict[str, Tensor]]:

@@ -159,6 +159,15 @@ class MetricSums:
             self._mins[name] = torch.minimum(self._mins[name], lo) if name in self._mins else lo
             self._maxs[name] = torch.maximum(self._maxs[name], hi) if name in self._maxs else hi
 
+    def merge(self, other: "MetricSums") -> None:
+        """Add every sum, count and extremum of ``other`` (e.g. a mini-batch's, once it is kept)."""
+        for name, total in other._sums.items():
+            self.add(name, total, other._counts[name])
+        for name, lo in other._mins.items():
+            hi = other._maxs[name]
+            self._mins[name] = torch.minimum(self._mins[name], lo) if name in self._mins else lo
+            self._maxs[name] = torch.maximum(self._maxs[name], hi) if name in self._maxs else hi
+
     def means(self) -> dict[str, float]:
         """``{name: sum / count}`` for every metric with a non-zero count, plus ``name/min`` and
         ``name/max`` for metrics added with :meth:`add_tokens`. Metrics with a zero count are left out.

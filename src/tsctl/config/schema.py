@@ -173,6 +173,12 @@ class AlgoConfig:
     """Upper clip range (DAPO clip-higher): ratios above 1 + clip_high are clipped."""
     clip_c: Optional[float] = None
     """Dual-clip constant (> 1) bounding the loss for negative advantages; null disables."""
+    prefix_clip_c: Optional[float] = 3.0
+    """Dual-clip constant (> 1) of seed-prefix tokens (the tighter of this and ``clip_c`` applies there):
+    their ratio is taken against a behaviour policy up to ``refresh`` steps stale, so with a negative
+    advantage and pi_theta >> pi_b the unclipped ``-A r`` would be unbounded; it is capped at ``-A c``
+    (zero gradient beyond ``r = c``; 3 as verl's dual clip). Null leaves prefix tokens to ``clip_c``.
+    No effect at ratio 0 (no prefix tokens)."""
     norm_adv_by_std: bool = True
     """Divide advantages by the group std (GRPO); false gives Dr. GRPO."""
     adv_eps: float = 1e-6
@@ -245,6 +251,13 @@ class TrainerConfig:
     """After warm-up: ``constant`` or ``cosine``."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm."""
+    nonfinite: str = "stop"
+    """A mini-batch with a NaN/Inf loss or gradient norm: ``stop`` the run there (status ``failed``
+    with the step and the tensor; no checkpoint of the bad weights, the last good one kept) or
+    ``skip`` it (no optimiser step, gradients zeroed; counted in the step's ``nonfinite_skips``).
+    NaN/Inf parameters after an optimiser step always stop the run."""
+    max_nonfinite_skips: int = 10
+    """``nonfinite=skip``: most mini-batches a run may skip; the next non-finite one stops it."""
     old_logprobs: str = "auto"
     """Source of pi_old's log-probs (and pi_b's in new seeds): ``engine`` takes the ones the rollout
     engine computed while sampling (no extra forward; needs ``engine=hf`` and ``engine.top_p=1``),

@@ -21,6 +21,7 @@ DEVICES = ("auto", "cpu", "cuda")
 OVERLONG = ("none", "mask", "penalty")
 ADV_GROUPS = ("all", "plain")
 SCHEDULES = ("constant", "cosine")
+NONFINITE = ("stop", "skip")
 LOGGERS = ("console", "wandb")
 WANDB_MODES = ("offline", "online", "disabled")
 BAD_ROW = ("error", "skip")
@@ -104,6 +105,8 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _non_negative("algo.clip_high", al.clip_high)
     if al.clip_c is not None and al.clip_c <= 1:
         raise ConfigError("algo.clip_c", f"{al.clip_c} must be > 1 (or null to disable dual clip)")
+    if al.prefix_clip_c is not None and al.prefix_clip_c <= 1:
+        raise ConfigError("algo.prefix_clip_c", f"{al.prefix_clip_c} must be > 1 (or null to leave prefix tokens to algo.clip_c)")
     _positive("algo.adv_eps", al.adv_eps)
     _non_negative("algo.kl_coef", al.kl_coef)
     _non_negative("algo.entropy_coef", al.entropy_coef)
@@ -128,6 +131,8 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     for key in ("micro_batch_size", "weight_decay", "warmup_steps", "max_grad_norm", "save_every", "keep_checkpoints", "eval_every"):
         _non_negative(f"trainer.{key}", getattr(tr, key))
     _one_of("trainer.schedule", tr.schedule, SCHEDULES)
+    _one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)
+    _non_negative("trainer.max_nonfinite_skips", tr.max_nonfinite_skips)
     _one_of("trainer.old_logprobs", tr.old_logprobs, OLD_LOGPROBS)
     if tr.old_logprobs == "engine" and (e.name != "hf" or e.top_p != 1):
         raise ConfigError(

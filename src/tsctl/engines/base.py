@@ -69,6 +69,9 @@ class Completion:
             backend does not report it.
         prefix_entropies: entropies, as ``entropies``, at each of the request's prefix tokens
             (teacher-forced after the prompt), shape [S]; None when not reported.
+        prefix_logprobs: log-probability of each prefix token under this engine's policy (the
+            tempered distribution before any top-p cut), shape [S]; None when not reported. The
+            ratio of a prefix token is taken against pi_b's stored log-prob, never this one.
 
     At temperature 0, log-probs and entropies are those of the model's own distribution
     (temperature 1).
@@ -79,6 +82,7 @@ class Completion:
     finished: bool
     entropies: list[float] | None = None
     prefix_entropies: list[float] | None = None
+    prefix_logprobs: list[float] | None = None
 
 
 class Engine(Protocol):

@@ -21,7 +21,8 @@ A lean decode loop in place of ``model.generate``. Per chunk of requests:
   stopped, they are dropped from it;
 - besides the sampled tokens' log-probs, the engine reports the entropy at every generated token
   and at every prefix token (at the steps that force it), so the trainer needs no second forward
-  for pi_old (``reports_token_stats``).
+  for pi_old (``reports_token_stats``); at a forcing step it records the forced token's log-prob
+  (``Completion.prefix_logprobs``: pi_old's, not pi_b's), never the one the sampler drew there.
 
 Requests are sorted by prompt to limit padding and chunked to ``batch_size``; results come back in
 request order.
@@ -173,7 +174,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator, forced: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Draw one token per row, with its log-probability and the entropy of the row's distribution.
 
@@ -182,10 +183,16 @@ def sample(
     softmax(logits / temperature) before the nucleus cut (what the trainer measures). At temperature
     0 the token is the argmax and both come from the model's own distribution (temperature 1).
 
+    Rows with a ``forced`` token (a prefix being fed) return it instead of their draw (every row
+    still draws, so the generator advances alike), with its log-probability under
+    softmax(logits / temperature) before the nucleus cut, like the entropy (a forced token may lie
+    outside the nucleus): never the drawn token's.
+
     Args:
         logits: [B, V] next-token logits, any float dtype.
         params: temperature and top_p.
         generator: source of randomness, on the logits' device.
+        forced: [B] (long) token each row must take, -1 where the row samples; None: all sample.
 
     Returns:
         tokens [B] (long), their log-probabilities [B] and the entropies [B] (float32).
@@ -201,7 +208,12 @@ def sample(
     else:
         logprobs = top_p_filter(logits, params.top_p).log_softmax(dim=-1) if params.top_p < 1 else full
         tokens = inverse_cdf_sample(logprobs.exp(), generator)
-    return tokens, logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1), entropy
+    if forced is None:
+        return tokens, logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1), entropy
+    forcing = forced >= 0
+    tokens = torch.where(forcing, forced, tokens)
+    chosen = torch.where(forcing, full.gather(1, tokens.unsqueeze(1)).squeeze(1), logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1))
+    return tokens, chosen, entropy
 
 
 def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -345,7 +357,7 @@ class HFEngine:
         starts = torch.tensor([len(r.prefix) for r in rows], device=device)  # first sampled step of each row
         ends = starts + torch.tensor([r.limit for r in rows], device=device)  # [B] one past each row's last step
         forcing = int(starts.max())
-        forced = torch.full((batch, forcing), self.pad_id, dtype=torch.long)  # [B, S] prefix ids, right-padded
+        forced = torch.full((batch, forcing), -1, dtype=torch.long)  # [B, S] prefix ids, right-padded with -1
         for i, r in enumerate(rows):
             forced[i, : len(r.prefix)] = torch.tensor(r.prefix, dtype=torch.long)
         forced = forced.to(device)
@@ -355,9 +367,7 @@ class HFEngine:
         batch_rows = torch.arange(batch, device=device)  # request row of each batch row
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         for step in range(steps):
-            token, logprob, entropy = sample(logits, params, generator)
-            if step < forcing:
-                token = torch.where(starts[batch_rows] > step, forced[batch_rows, step], token)
+            token, logprob, entropy = sample(logits, params, generator, forced[batch_rows, step] if step < forcing else None)
             tokens[batch_rows, step] = token
             logprobs[batch_rows, step] = logprob
             entropy_table[batch_rows, step] = entropy
@@ -387,8 +397,8 @@ class HFEngine:
     ) -> list[Completion]:
         """Split the step tables tokens/logprobs/entropies [B, T] into completions.
 
-        Row ``i`` forced its prefix at steps ``[0, starts[i])`` and sampled from ``starts[i]`` until its
-        first EOS or ``ends[i]``.
+        Row ``i`` forced its prefix at steps ``[0, starts[i])`` (log-probs of the forced tokens) and
+        sampled from ``starts[i]`` until its first EOS or ``ends[i]``.
         """
         steps = torch.arange(tokens.shape[1], device=tokens.device)
         sampled = (steps >= starts[:, None]) & (steps < ends[:, None])
@@ -396,7 +406,7 @@ class HFEngine:
         finished = is_eos.any(dim=1)
         stops = torch.where(finished, is_eos.int().argmax(dim=1) + 1, ends)
         return [
-            Completion(token_ids=t[s:e], logprobs=lp[s:e], finished=f, entropies=h[s:e], prefix_entropies=h[:s])
+            Completion(token_ids=t[s:e], logprobs=lp[s:e], finished=f, entropies=h[s:e], prefix_entropies=h[:s], prefix_logprobs=lp[:s])
             for t, lp, h, s, e, f in zip(
                 tokens.tolist(), logprobs.tolist(), entropies.tolist(), starts.tolist(), stops.tolist(), finished.tolist()
             )

@@ -8,16 +8,23 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from tsctl.nan_warnings import eval_warnings
+
 _WIDEST = 1000
 """Upper bound of a table's natural width, in characters."""
 
 
 def print_results(results: Sequence[dict[str, Any]], console: Console) -> None:
-    """Print :func:`results_table`; at its natural width when the output is not a terminal (a file, a pipe, CI)."""
+    """Print :func:`results_table`; at its natural width when the output is not a terminal (a file, a pipe, CI).
+
+    A warning line below it names every checkpoint and benchmark with a NaN/Inf metric.
+    """
     table = results_table(results)
     if not console.is_terminal:
         table.width = Measurement.get(console, console.options.update_width(_WIDEST), table).maximum
     console.print(table, crop=False)
+    for line in eval_warnings(results):
+        console.print(f"[red]warning: non-finite metric:[/red] {line}", highlight=False, soft_wrap=True)
 
 
 def results_table(results: Sequence[dict[str, Any]]) -> Table:

@@ -1,7 +1,9 @@
 """``tsctl report``: summary tables with confidence intervals, paired comparisons and plots of a sweep or a run.
 
 A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
-the table; a report on one run uses it whatever its status. Outputs go to ``<sweep>/report/`` or
+the table; a report on one run uses it whatever its status. A run whose summary values include
+NaN/Inf is named in a warning (console and ``summary.md``) with the first step where its metrics went
+bad. Outputs go to ``<sweep>/report/`` or
 ``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,
 ``comparisons.csv`` (sweeps with a baseline) and PNGs.
 
@@ -19,7 +21,8 @@ from typing import Optional
 from tsctl import atomic
 from tsctl.config.errors import ConfigError
 from tsctl.report.compare import compare, default_baseline, parse_baseline, summarize
-from tsctl.report.points import FINAL_EVAL, Run, find_runs, group_points, is_run_folder
+from tsctl.nan_warnings import run_warnings
+from tsctl.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder
 from tsctl.report.tables import comparisons_csv, csv_text, markdown, print_tables
 from tsctl.stats import LEVEL
 
@@ -57,12 +60,14 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     named = " ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ""
     images = draw_all(points, out)
     title = f"{'Run' if single else 'Sweep'} {path.name}"
-    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images))
+    warnings = [line for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
+    notes = "".join(f"\n**Warning: non-finite metric.** {line}\n" for line in warnings)
+    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + notes)
     atomic.write_text(out / "summary.csv", csv_text(summary))
     if rows:
         atomic.write_text(out / "comparisons.csv", comparisons_csv(rows))
     if echo:
-        print_tables(summary, rows, named, title)
+        print_tables(summary, rows, named, title, warnings)
     log_images(images, runs)
     return out
 

@@ -54,7 +54,8 @@ def collect_groups(
     """Sample ``n`` responses for each problem and grade them.
 
     The first ``len(seeds[i])`` samples of group ``i`` continue those seeds' prefixes (one distinct
-    seed each); the rest are plain. A response (prefix + continuation) is at most
+    seed each; a seed cut at 0 leaves the prefix empty, but its sample is still ``seeded``); the rest
+    are plain. A response (prefix + continuation) is at most
     ``params.max_new_tokens`` tokens: a continuation gets what its prefix leaves of that budget
     (at least one token) and is marked unfinished when it runs out.
     """
@@ -82,7 +83,8 @@ def collect_groups(
         )
         if out.entropies is not None:
             sample.entropies = list(out.prefix_entropies or []) + list(out.entropies)
-        if seed is not None and seed.prefix_ids:
+        if seed is not None:  # seeded even when the seed was cut at 0 (an empty prefix)
+            sample.seeded = True
             sample.prefix_ids, sample.prefix_logprobs = list(seed.prefix_ids), list(seed.prefix_logprobs)
             sample.behaviour_step, sample.behaviour_checkpoint = seed.behaviour_step, seed.checkpoint
         sample.reward = task.reward(problems[i], formatter.decode(sample.response_ids))

@@ -17,7 +17,8 @@ class Sample:
         group: index of the prompt within the step (the GRPO group).
         prompt_id: the problem's id.
         prompt_ids: prompt token ids, shape [P].
-        prefix_ids: behaviour-policy prefix token ids, shape [S] (empty for a plain sample).
+        prefix_ids: behaviour-policy prefix token ids, shape [S] (empty for a plain sample, and for a
+            seeded one whose seed was cut at 0).
         prefix_logprobs: pi_b log-probs of ``prefix_ids`` from a teacher-forced fp32 forward, shape [S].
         behaviour_step: training step of the pi_b checkpoint (-1 for a plain sample).
         behaviour_checkpoint: the pi_b checkpoint ("" for a plain sample).
@@ -27,6 +28,9 @@ class Sample:
         reward: the verifier's score of the whole response, in [0, 1].
         entropies: the rollout policy's entropy at each response token (prefix, then
             continuation), shape [S + G], as the engine reported it; empty when it reports none.
+        seeded: the sample was assigned a seed (even one cut at 0, with an empty prefix); it counts
+            as seeded in advantage statistics (``seeds.adv_group``) and metrics, and its generated
+            tokens are SUFFIX. A sample built with a non-empty prefix is always seeded.
     """
 
     group: int
@@ -41,16 +45,15 @@ class Sample:
     behaviour_checkpoint: str = ""
     reward: float = 0.0
     entropies: list[float] = field(default_factory=list)
+    seeded: bool = False
+
+    def __post_init__(self) -> None:
+        self.seeded = self.seeded or bool(self.prefix_ids)
 
     @property
     def response_ids(self) -> list[int]:
         """The whole response: prefix then continuation."""
         return self.prefix_ids + self.generated_ids
-
-    @property
-    def seeded(self) -> bool:
-        """True when the sample continues a behaviour-policy prefix."""
-        return bool(self.prefix_ids)
 
     def sources(self) -> list[int]:
         """Per response token: PREFIX, SUFFIX (after a prefix) or PLAIN."""

@@ -1,9 +1,18 @@
 """The policy update of one step: mini-batch optimiser steps with gradient accumulation.
 
-The batch is shuffled once per epoch and split into ``trainer.mini_batches`` mini-batches; each is
-one optimiser step. A mini-batch may be split into micro-batches of ``trainer.micro_batch_size``
-rows whose losses are summed: every loss divides by the whole mini-batch's normaliser, so the
-split changes neither the loss nor the gradient.
+The batch is shuffled once per epoch and split into ``trainer.mini_batches`` near-equal mini-batches
+covering every row (sizes differ by at most one, e.g. 10 rows in 4 give 3, 3, 2, 2: dynamic sampling
+may return a batch that does not divide; fewer rows than mini-batches give one row each); each is one
+optimiser step with its own token normaliser. A mini-batch may be split into micro-batches of
+``trainer.micro_batch_size`` rows whose losses are summed: every loss divides by the whole
+mini-batch's normaliser, so the split changes neither the loss nor the gradient.
+
+Seed-prefix tokens take their dual-clip constant from ``algo.prefix_clip_c``
+(:func:`~tsctl.algo.losses.dual_clip_bounds`). The k3 KL penalty (``algo.kl_coef``) is applied to
+suffix and plain tokens only: it estimates the KL from tokens sampled by the current policy, and
+prefix tokens were sampled by pi_b. Its sum still divides by the mini-batch's token normaliser, so
+each token's KL weighs as much as its policy term. Each mini-batch passes the non-finite guard
+(:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step.
 """
 
 from __future__ import annotations
@@ -11,10 +20,12 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from tsctl.algo.losses import get_policy_loss, kl_penalty_k3, loss_norms
+from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.schema import TsctlConfig
 from tsctl.trainer.batch import RolloutBatch, forward_tokens, response_logprobs
+from tsctl.trainer.nonfinite import NonFiniteGuard
+from tsctl.trainer.samples import PREFIX
 
 
 def policy_update(
@@ -27,6 +38,7 @@ def policy_update(
     cfg: TsctlConfig,
     generator: torch.Generator,
     ref_logprobs: torch.Tensor | None = None,
+    guard: NonFiniteGuard | None = None,
 ) -> MetricSums:
     """Run ``epochs x mini_batches`` optimiser steps on ``batch``; return the update's metrics.
 
@@ -36,21 +48,23 @@ def policy_update(
         loss_mask: [B, T] tokens that enter the loss.
         generator: shuffles the rows (part of the resumable RNG state).
         ref_logprobs: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
+        guard: the run's non-finite guard (a fresh one per ``trainer.nonfinite`` when None).
     """
     tr, al = cfg.trainer, cfg.algo
     loss_fn = get_policy_loss(al.loss)
+    guard = guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
+    prefix_clip_c = al.prefix_clip_c if cfg.ratio > 0 else None
     metrics = MetricSums()
     B = len(batch)
-    mini = B // tr.mini_batches
-    micro = tr.micro_batch_size or mini
     model.train()
     for _ in range(tr.epochs):
         order = torch.randperm(B, generator=generator)
-        for m in range(tr.mini_batches):
-            rows = order[m * mini : (m + 1) * mini]
+        for m, rows in enumerate(torch.tensor_split(order, min(tr.mini_batches, B))):
             token_norm, seq_norm = loss_norms(loss_mask[rows])
+            micro = tr.micro_batch_size or len(rows)
             optimizer.zero_grad(set_to_none=True)
-            for start in range(0, mini, micro):
+            pending, loss_sum = MetricSums(), torch.zeros(())
+            for start in range(0, len(rows), micro):
                 idx = rows[start : start + micro]
                 sub = batch.rows(idx)
                 T = sub.resp_mask.shape[1]
@@ -60,22 +74,34 @@ def policy_update(
                 )
                 loss, token_metrics = loss_fn(
                     logprobs, old, sub.advantages, mask,
-                    clip_low=al.clip_low, clip_high=al.clip_high, clip_c=al.clip_c,
+                    clip_low=al.clip_low, clip_high=al.clip_high,
+                    clip_c=dual_clip_bounds(sub.source == PREFIX, al.clip_c, prefix_clip_c),
                     token_norm=token_norm, seq_norm=seq_norm,
                 )
                 if al.kl_coef > 0:
+                    kl_mask = mask & (sub.source != PREFIX)
                     kl = kl_penalty_k3(logprobs, ref_logprobs[idx][:, :T])
-                    loss = loss + al.kl_coef * (kl * mask).sum() / token_norm
-                    metrics.add_tokens("kl_ref", kl, mask)
+                    loss = loss + al.kl_coef * (kl * kl_mask).sum() / token_norm
+                    pending.add_tokens("kl_ref", kl, kl_mask)
                 if al.entropy_coef > 0:
                     loss = loss - al.entropy_coef * (entropy * mask).sum() / token_norm
                 loss.backward()
-                metrics.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts), int(sub.attention_mask.sum()))
-                _record(metrics, token_metrics, mask, sub, cfg)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tr.max_grad_norm or float("inf"))
-            optimizer.step()
-            scheduler.step()
-            metrics.add("grad_norm", grad_norm.detach(), 1)
+                loss_sum = loss_sum + loss.detach().float()
+                pending.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts), int(sub.attention_mask.sum()))
+                _record(pending, token_metrics, mask, sub, cfg)
+            params = [p for p in model.parameters() if p.grad is not None]
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+            if guard.admit(model, loss_sum, grad_norm, m + 1):
+                torch.nn.utils.clip_grads_with_norm_(params, tr.max_grad_norm or float("inf"), grad_norm)
+                optimizer.step()
+                guard.check_parameters(model, m + 1)
+                scheduler.step()
+                metrics.merge(pending)
+                metrics.add("grad_norm", grad_norm.detach(), 1)
+            else:
+                optimizer.zero_grad(set_to_none=True)
+    if tr.nonfinite == "skip":
+        metrics.add("nonfinite_skips", guard.skipped_this_step, 1)
     model.eval()
     return metrics
 
@@ -84,6 +110,8 @@ def _record(metrics: MetricSums, token: dict[str, torch.Tensor], mask: torch.Ten
     """Clip fractions and ratios overall, by token source and by position."""
     for name in ("clip_low", "clip_high", "clipped", "kl_k3", "pg_loss"):
         metrics.add_tokens(name, token[name], mask)
+    if cfg.algo.clip_c is not None or (cfg.ratio > 0 and cfg.algo.prefix_clip_c is not None):
+        metrics.add_tokens("clip_dual", token["clip_dual"], mask)
     metrics.add_tokens("ratio", token["ratio"], mask)
     metrics.add_pairs("clipped_by_source", split_by_source(token["clipped"], mask, sub.source))
     metrics.add_pairs("ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
