@@ -52,11 +52,12 @@ from tsctl.seeds.bank import SeedBank
 from tsctl.sinks import MetricsSink
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
-from tsctl.trainer.batch import old_logprobs, pack
+from tsctl.trainer.batch import pack
 from tsctl.trainer.checkpoint import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
 from tsctl.trainer.heldout import heldout_metrics
 from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
 from tsctl.seeds.shards import write_shard
+from tsctl.seeds.unknown_logprobs import ratio_inputs
 from tsctl.trainer.rollout import collect_groups
 from tsctl.trainer.rewards import sample_advantages
 from tsctl.trainer.rollout_shard import rollout_columns
@@ -181,6 +182,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     generated_tokens = sum(len(s.generated_ids) for s in samples)
 
     advantages = sample_advantages(samples, cfg)
+    attribution = seeds.observe(step, samples, advantages) if seeds is not None else {}
     batch = pack(samples, advantages, formatter.pad_id)
     if rollouts_dir is not None:
         rollouts_dir.mkdir(parents=True, exist_ok=True)
@@ -188,7 +190,8 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
 
     t1 = time.perf_counter()
     temperature = e.temperature or 1.0
-    if pi_old.from_engine(cfg, engine, model):
+    engine_old = pi_old.from_engine(cfg, engine, model)
+    if engine_old:
         old, entropy = pi_old.engine_stats(samples, batch)
     else:
         old, entropy = pi_old.recompute(model, batch, temperature, tr.micro_batch_size, share_prompts=tr.share_prompts)
@@ -204,7 +207,8 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
 
     t2 = time.perf_counter()
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step, SHUFFLE_SEED))
-    update = policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), loss_mask, cfg, generator, ref, guard)
+    denominators, loss_mask = ratio_inputs(old, batch, loss_mask, cfg, model, engine_old)
+    update = policy_update(model, optimizer, scheduler, batch, denominators, loss_mask, cfg, generator, ref, guard)
     timings["time/update"] = time.perf_counter() - t2
     engine.load_weights(model.state_dict())
     trained_tokens = int(batch.attention_mask.sum()) * tr.epochs
@@ -212,6 +216,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     return {
         "step": step + 1,
         **rollout_metrics(samples, batch, entropy, list(tr.position_bins), step),
+        **attribution,
         **update.means(),
         **timings,
         "lr": scheduler.get_last_lr()[0],

@@ -223,6 +223,35 @@ class SeedsConfig:
     """Keep prefix tokens in the loss; false is the ablation that trains only on the suffix."""
     adv_group: str = "all"
     """Group statistics for advantages over ``all`` n samples or over ``plain`` samples only."""
+    selector: str = "latest"
+    """Which behaviour snapshot writes each prompt's seeds when a refresh window opens (see
+    ``seeds/selectors.py``): ``latest`` (the current weights, the paper's choice; the default),
+    ``oldest``, ``uniform`` (one drawn per prompt), ``max_entropy`` (the snapshot whose probe
+    responses have the highest per-token surprisal) or ``bandit`` (UCB or Thompson sampling over
+    snapshot ages, rewarded by the advantage their seeded samples earned). All but ``latest`` need
+    ``pool_size >= 2`` and ``refresh > 0``."""
+    pool_size: int = 1
+    """Behaviour snapshots kept (K): one is saved under ``seeds/pool/`` when each refresh window
+    opens and all but the newest K are deleted. ``latest`` uses only the current weights and saves none."""
+    bandit: str = "thompson"
+    """``selector=bandit``: ``thompson`` (a posterior draw per prompt) or ``ucb`` (UCB1, one arm per window)."""
+    bandit_c: float = 1.0
+    """``selector=bandit``: exploration scale, UCB's bonus ``c * sqrt(2 ln N / n)`` or Thompson's prior std."""
+    probe_prompts: int = 16
+    """``selector=max_entropy``: train prompts (a fixed set per run seed) each snapshot answers when it joins the pool."""
+    probe_samples: int = 4
+    """``selector=max_entropy``: responses per probe prompt (the same sampling seed for every snapshot)."""
+    source: str = "self"
+    """Who writes the seeds: ``self`` (the run's own snapshots), ``model`` (the causal LM at
+    ``source_path``, with the policy's tokenizer; pi_b is its teacher-forced log-probs) or ``traces``
+    (the responses in the JSONL/Parquet file ``source_path``, pi_b unknown: see ``trace_logprobs``)."""
+    source_path: Optional[str] = None
+    """``source=model``: an HF model folder or hub id; ``source=traces``: a file whose rows hold a
+    ``response`` and a ``prompt_id`` or ``question``."""
+    trace_logprobs: str = "exclude"
+    """``source=traces``, the ratio of prefix tokens whose pi_b is unknown: ``exclude`` drops them
+    from the loss; ``cap`` takes pi_b as pi_old's log-prob (the ratio starts at 1 each step),
+    bounded by the clip range and ``algo.prefix_clip_c``."""
 
 
 @dataclass

@@ -25,6 +25,7 @@ NONFINITE = ("stop", "skip")
 LOGGERS = ("console", "wandb")
 WANDB_MODES = ("offline", "online", "disabled")
 BAD_ROW = ("error", "skip")
+SOURCES = ("self", "model", "traces")
 
 
 def _one_of(key: str, value: str, allowed: Iterable[str]) -> None:
@@ -124,6 +125,7 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _one_of("seeds.adv_group", s.adv_group, ADV_GROUPS)
     if s.adv_group == "plain" and round(cfg.trainer.n * cfg.ratio / 100) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
+    _validate_behaviour(cfg)
 
     tr = cfg.trainer
     for key in ("steps", "batch_size", "n", "mini_batches", "epochs", "lr"):
@@ -168,3 +170,33 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _one_of("logger.name", cfg.logger.name, LOGGERS)
     _one_of("logger.wandb_mode", cfg.logger.wandb_mode, WANDB_MODES)
     return cfg
+
+
+def _validate_behaviour(cfg: TsctlConfig) -> None:
+    """The behaviour pool, its selector and the seed source (``seeds.selector``, ``seeds.source``, ...)."""
+    from tsctl.seeds.selectors import BANDITS, SELECTORS
+    from tsctl.seeds.unknown_logprobs import TRACE_LOGPROBS
+
+    s = cfg.seeds
+    _one_of("seeds.selector", s.selector, SELECTORS)
+    _one_of("seeds.bandit", s.bandit, BANDITS)
+    _one_of("seeds.source", s.source, SOURCES)
+    _one_of("seeds.trace_logprobs", s.trace_logprobs, TRACE_LOGPROBS)
+    _positive("seeds.pool_size", s.pool_size)
+    _positive("seeds.bandit_c", s.bandit_c)
+    _positive("seeds.probe_prompts", s.probe_prompts)
+    _positive("seeds.probe_samples", s.probe_samples)
+    if s.selector != "latest" and s.source != "self":
+        raise ConfigError("seeds.selector", f"{s.selector!r} chooses among the run's own snapshots, but seeds.source={s.source}; use seeds.selector=latest")
+    if s.selector != "latest" and s.pool_size < 2:
+        raise ConfigError("seeds.pool_size", f"seeds.selector={s.selector} needs a pool of 2 or more snapshots to choose from (got {s.pool_size}); e.g. seeds.pool_size=4")
+    if s.selector != "latest" and cfg.refresh == 0:
+        raise ConfigError("seeds.selector", f"{s.selector!r} needs snapshots from several refresh windows, but refresh=0 keeps only the initial model; set refresh > 0")
+    if s.source != "self" and not s.source_path:
+        what = "an HF model folder or hub id" if s.source == "model" else "a JSONL or Parquet file of traces"
+        raise ConfigError("seeds.source_path", f"seeds.source={s.source} needs {what}: seeds.source_path=<path>")
+    if s.source == "traces":
+        if not Path(s.source_path).is_file():
+            raise ConfigError("seeds.source_path", f"trace file {s.source_path} does not exist")
+        if cfg.truncation == "entropy":
+            raise ConfigError("truncation", "'entropy' needs the behaviour policy's entropies, which a trace file does not have; choose another truncation")

@@ -36,6 +36,7 @@ def seed_columns(
     checkpoint_step: int,
     sample_seed: int,
     serve_steps: Sequence[int] | None = None,
+    teacher_forced: bool = False,
 ) -> dict[str, list]:
     """Columns of a seed shard: ``k`` behaviour responses per problem, rows in problem order.
 
@@ -44,7 +45,8 @@ def seed_columns(
 
     The behaviour policy is ``model`` (the engine samples from it). Log-probs and entropies at the
     sampling temperature come from the engine when ``trainer.old_logprobs`` allows it (see
-    ``trainer/pi_old.py``), else from a teacher-forced forward of the same weights.
+    ``trainer/pi_old.py``) and ``teacher_forced`` is off, else from a teacher-forced forward of the
+    same weights.
     """
     e = cfg.engine
     prompts = [formatter.prompt_ids(p.question) for p in problems]
@@ -52,20 +54,12 @@ def seed_columns(
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=sample_seed)
     completions = engine.generate(requests, params)
     samples = [Sample(group=i // k, prompt_id=problems[i // k].id, prompt_ids=r.prompt_ids, generated_ids=c.token_ids, generated_logprobs=c.logprobs, finished=c.finished) for i, (r, c) in enumerate(zip(requests, completions))]
-    if pi_old.from_engine(cfg, engine, model):
+    if pi_old.from_engine(cfg, engine, model) and not teacher_forced:
         logprobs, entropies = [c.logprobs for c in completions], [c.entropies for c in completions]
     else:
         logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, e.temperature or 1.0)
-    marker = formatter.tokenizer.encode(task.answer_marker, add_special_tokens=False) if task.answer_marker else None
-    bounds = boundary_ids(formatter)
-    rng = np.random.default_rng(sample_seed)
-    cuts = []
-    for s, ent in zip(samples, entropies):
-        ids = s.generated_ids
-        answer = find_answer_start(ids, marker, bounds) if marker else None
-        step = serve_steps[s.group] if serve_steps is not None else checkpoint_step
-        ctx = CutContext(eos_id=formatter.eos_id, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
-        cuts.append(choose_cut(cfg.truncation, ids, ctx, cfg.seeds, rng))
+    steps = [serve_steps[s.group] if serve_steps is not None else checkpoint_step for s in samples]
+    cuts = cut_points([s.generated_ids for s in samples], entropies, steps, formatter, task, cfg, np.random.default_rng(sample_seed))
     return {
         "prompt_id": [s.prompt_id for s in samples],
         "prompt_ids": [list(s.prompt_ids) for s in samples],
@@ -77,6 +71,30 @@ def seed_columns(
         "cut": cuts,
         "finished": [s.finished for s in samples],
     }
+
+
+def cut_points(
+    responses: Sequence[list[int]],
+    entropies: Sequence[Sequence[float] | None],
+    steps: Sequence[int],
+    formatter: PromptFormatter,
+    task: Task,
+    cfg: TsctlConfig,
+    rng: np.random.Generator,
+) -> list[int]:
+    """The ``truncation`` strategy's cut of each behaviour response, in order (``rng`` draws in that order).
+
+    ``entropies[i]`` is pi_b's entropy at each token of ``responses[i]`` (None when unknown: only
+    ``entropy`` needs it); ``steps[i]`` is the training step that will use the seed (``schedule``).
+    """
+    marker = formatter.tokenizer.encode(task.answer_marker, add_special_tokens=False) if task.answer_marker else None
+    bounds = boundary_ids(formatter)
+    cuts = []
+    for ids, ent, step in zip(responses, entropies, steps):
+        answer = find_answer_start(ids, marker, bounds) if marker else None
+        ctx = CutContext(eos_id=formatter.eos_id, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
+        cuts.append(choose_cut(cfg.truncation, ids, ctx, cfg.seeds, rng))
+    return cuts
 
 
 def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, temperature: float, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:

@@ -1,0 +1,125 @@
+"""Who writes a refresh window's seeds: the live policy, a snapshot from the pool, or an outside source.
+
+:class:`WindowWriter` is what :class:`tsctl.seeds.bank.SeedBank` calls when a window's shard must be
+written, and what it tells about each step's advantages.
+
+- ``seeds.source=self`` with ``seeds.selector=latest`` (the default): the current weights write
+  every seed, exactly as without a pool (no snapshot is saved).
+- ``seeds.source=self`` with another selector: the current weights join the pool
+  (:mod:`tsctl.seeds.pool`), the selector (:mod:`tsctl.seeds.selectors`) picks an arm per prompt
+  of the window, and each chosen snapshot writes its prompts' seeds in one batch: arm 0 with the
+  live model and engine (the same draws as ``latest`` would make for those prompts), older arms
+  from their folder with an ``hf`` engine of their own. The randomness of a window's choice is a
+  pure function of ``(seed, window)``; the bandit's statistics are the file ``seeds/pool/arms.jsonl``
+  (:mod:`tsctl.seeds.arm_log`), so a resumed run makes the same choices.
+- ``seeds.source=model`` or ``traces``: :mod:`tsctl.seeds.sources`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.base import Engine
+from tsctl.engines.factory import build_engine
+from tsctl.models.loading import load_model
+from tsctl.models.prompts import PromptFormatter
+from tsctl.seeds.arm_log import ArmLog
+from tsctl.seeds.attribution import arm_rewards, attribution_metrics
+from tsctl.seeds.generate import seed_columns
+from tsctl.seeds.pool import SNAPSHOT_FILE, BehaviourPool, Snapshot, probe_problems, probe_surprisal
+from tsctl.seeds.selectors import ArmStats, select
+from tsctl.seeds.sources import external_source
+from tsctl.tasks.base import Problem, Task
+from tsctl.trainer.samples import Sample
+from tsctl.trainer.schedule import step_seed
+
+SELECT_SEED, ARM_SEED = 6, 100
+
+
+class WindowWriter:
+    """Writes the seed columns of each refresh window from the configured behaviour source."""
+
+    def __init__(self, folder: Path, cfg: TsctlConfig, formatter: PromptFormatter, task: Task, problems: Sequence[Problem]) -> None:
+        s = cfg.seeds
+        self.cfg, self.formatter, self.task = cfg, formatter, task
+        self.pool = BehaviourPool(folder / "pool", s.pool_size) if s.source == "self" and s.selector != "latest" else None
+        self.log = ArmLog(folder / "pool" / "arms.jsonl") if self.pool is not None and s.selector == "bandit" else None
+        self.probes = probe_problems(problems, s.probe_prompts, cfg.seed) if self.pool is not None and s.selector == "max_entropy" else None
+        self.external = external_source(cfg, formatter, task)
+
+    def resume(self, step: int) -> None:
+        """The run (re)starts at ``step``: forget the bandit rewards of later steps, which are redone."""
+        if self.log is not None:
+            self.log.truncate(step)
+
+    def columns(
+        self, first: int, problems: Sequence[Problem], serve_steps: Sequence[int], k: int, sample_seed: int, model: PreTrainedModel, engine: Engine
+    ) -> dict[str, list]:
+        """Seed-shard columns of the window opening at ``first``: ``k`` rows per problem, in order."""
+        if self.external is not None:
+            return self.external.columns(problems, k, first, serve_steps, sample_seed)
+        if self.pool is None:
+            return self._write(model, engine, Snapshot(first, Path()), problems, serve_steps, k, sample_seed)
+        if not (self.pool.path(first) / SNAPSHOT_FILE).is_file():
+            surprisal = probe_surprisal(engine, self.formatter, self.probes, self.cfg) if self.probes else None
+            self.pool.add(first, model, self.formatter.tokenizer, surprisal)
+        arms = self.pool.arms(first)
+        choice = select(self.cfg.seeds.selector, self.stats(first, arms), len(problems), np.random.default_rng([self.cfg.seed, first, SELECT_SEED]), self.cfg.seeds.bandit, self.cfg.seeds.bandit_c)
+        parts: dict[int, dict[str, list]] = {}
+        for arm in sorted(set(choice)):
+            chosen = [i for i, a in enumerate(choice) if a == arm]
+            snap, subset, steps = arms[arm], [problems[i] for i in chosen], [serve_steps[i] for i in chosen]
+            if snap.step == first:
+                parts[arm] = self._write(model, engine, snap, subset, steps, k, sample_seed)
+            else:
+                parts[arm] = self._write_snapshot(snap, subset, steps, k, step_seed(self.cfg.seed, first, ARM_SEED + self.age(snap, first)))
+        return _interleave(parts, choice, k)
+
+    def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
+        """Step ``step``'s (0-based) attribution metrics; the bandit also records what each arm earned."""
+        if self.log is not None:
+            self.log.append(step + 1, arm_rewards(samples, advantages, step, self.cfg.refresh))
+        return attribution_metrics(samples, advantages, step, self.cfg.refresh)
+
+    def age(self, snap: Snapshot, first: int) -> int:
+        """The arm of ``snap`` in the window opening at ``first``: its age in refresh windows."""
+        return (first - snap.step) // self.cfg.refresh if self.cfg.refresh else 0
+
+    def stats(self, first: int, arms: Sequence[Snapshot]) -> ArmStats:
+        """What the selector sees: the arms newest first, their probe surprisal and bandit rewards."""
+        totals = self.log.totals() if self.log is not None else {}
+        pulls = [totals.get(self.age(s, first), (0, 0.0)) for s in arms]
+        surprisal = [s.surprisal for s in arms] if self.probes else None
+        if surprisal is not None and None in surprisal:
+            raise ValueError(f"{self.pool.folder}: a snapshot has no probe surprisal; delete the pool folder and resume from a checkpoint before it")
+        return ArmStats(steps=[s.step for s in arms], surprisal=surprisal, pulls=[n for n, _ in pulls], rewards=[r for _, r in pulls])
+
+    def _write(self, model: PreTrainedModel, engine: Engine, snap: Snapshot, problems: Sequence[Problem], steps: Sequence[int], k: int, sample_seed: int) -> dict[str, list]:
+        return seed_columns(
+            model, engine, self.formatter, self.task, problems, k, self.cfg,
+            checkpoint=f"step-{snap.step}", checkpoint_step=snap.step, sample_seed=sample_seed, serve_steps=steps,
+        )
+
+    def _write_snapshot(self, snap: Snapshot, problems: Sequence[Problem], steps: Sequence[int], k: int, sample_seed: int) -> dict[str, list]:
+        """Seeds written by an older snapshot, loaded from its folder with an ``hf`` engine of its own."""
+        model = load_model(snap.path, self.cfg.model.dtype, self.cfg.model.device)[0].eval()
+        engine = build_engine(dataclasses.replace(self.cfg.engine, name="hf"), model, self.formatter.eos_id, self.formatter.pad_id, str(snap.path))
+        return self._write(model, engine, snap, problems, steps, k, sample_seed)
+
+
+def _interleave(parts: dict[int, dict[str, list]], choice: Sequence[int], k: int) -> dict[str, list]:
+    """Columns in prompt order from each arm's columns (``k`` rows per prompt, prompts in order within an arm)."""
+    taken = {arm: 0 for arm in parts}
+    order: list[tuple[int, int]] = []
+    for arm in choice:
+        order.extend((arm, taken[arm] * k + j) for j in range(k))
+        taken[arm] += 1
+    names = next(iter(parts.values())).keys()
+    return {name: [parts[arm][name][row] for arm, row in order] for name in names}

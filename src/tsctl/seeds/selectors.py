@@ -1,0 +1,125 @@
+"""Which behaviour snapshot writes each prompt's seeds: a string-keyed registry of selectors.
+
+The behaviour pool (:mod:`tsctl.seeds.pool`) holds up to ``seeds.pool_size`` snapshots of the
+policy, one per refresh window. When a window opens, its arms are the snapshots then in the pool,
+newest first: arm ``a`` is the snapshot taken ``a`` windows earlier (arm 0 is the current weights,
+what the paper uses). A selector maps the arms' statistics to one arm per prompt of the window;
+all ``k`` seeds of a prompt come from that arm.
+
+- ``latest``: arm 0 for every prompt (the default; the paper's fixed refresh).
+- ``oldest``: the oldest snapshot in the pool for every prompt.
+- ``uniform``: an arm drawn uniformly at random per prompt.
+- ``max_entropy``: the arm whose responses on the probe set had the highest mean per-token
+  surprisal (:func:`tsctl.seeds.pool.probe_surprisal`), for every prompt; ties go to the newest.
+- ``bandit``: rewarded by the advantage its seeded samples earned (:class:`ArmStats` ``rewards``).
+  ``seeds.bandit=ucb``: UCB1 for every prompt, ``mean_a + c * sqrt(2 ln N / n_a)`` with ``N`` the
+  arms' total pulls; an arm never pulled goes first (the newest such arm). ``seeds.bandit=thompson``:
+  per prompt, a draw from each arm's Gaussian posterior ``N(sum_a / (n_a + 1), c^2 / (n_a + 1))``
+  (prior ``N(0, c^2)``, unit-scale noise: group-normalised advantages have std about 1); the
+  highest draw wins. ``c`` is ``seeds.bandit_c``.
+
+Arms are ages, not snapshot identities: "the snapshot from ``a`` windows ago" is the same arm in
+every window, so a bandit learns which staleness of pi_b pays off (a brand-new snapshot every
+window would otherwise be an untried arm that UCB picks at once, which is ``latest`` again).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ArmStats:
+    """What a selector sees when a window opens; every sequence has one entry per arm, newest first.
+
+    Attributes:
+        steps: training step of each arm's snapshot, shape [A].
+        surprisal: mean per-token surprisal of each arm's responses on the probe set, shape [A]
+            (None when not measured: only ``max_entropy`` needs it).
+        pulls: seeded samples each arm has been rewarded for so far, shape [A].
+        rewards: sum of the advantages those samples earned, shape [A].
+    """
+
+    steps: Sequence[int]
+    surprisal: Sequence[float] | None = None
+    pulls: Sequence[int] = ()
+    rewards: Sequence[float] = ()
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+Selector = Callable[[ArmStats, int, np.random.Generator, str, float], list[int]]
+"""``(stats, prompts, rng, bandit, c) -> arm per prompt``; ``bandit`` and ``c`` are ``seeds.bandit``/``seeds.bandit_c``."""
+
+SELECTORS: dict[str, Selector] = {}
+"""Selectors by ``seeds.selector`` name."""
+
+BANDITS = ("thompson", "ucb")
+"""Values of ``seeds.bandit``."""
+
+
+def register_selector(name: str) -> Callable[[Selector], Selector]:
+    """Add a selector to :data:`SELECTORS` under ``name``."""
+
+    def add(fn: Selector) -> Selector:
+        SELECTORS[name] = fn
+        return fn
+
+    return add
+
+
+def select(name: str, stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str = "thompson", c: float = 1.0) -> list[int]:
+    """The arm (index into ``stats``, 0 = newest) of each of ``prompts`` prompts under selector ``name``."""
+    if name not in SELECTORS:
+        raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(SELECTORS)}")
+    if len(stats) == 0:
+        raise ValueError("the behaviour pool is empty: a window needs at least one snapshot")
+    return SELECTORS[name](stats, prompts, rng, bandit, c)
+
+
+@register_selector("latest")
+def _latest(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+    return [0] * prompts
+
+
+@register_selector("oldest")
+def _oldest(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+    return [len(stats) - 1] * prompts
+
+
+@register_selector("uniform")
+def _uniform(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+    return [int(a) for a in rng.integers(0, len(stats), size=prompts)]
+
+
+@register_selector("max_entropy")
+def _max_entropy(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+    if stats.surprisal is None or len(stats.surprisal) != len(stats):
+        raise ValueError("max_entropy needs every arm's probe surprisal")
+    return [int(np.argmax(stats.surprisal))] * prompts  # argmax takes the first (newest) of ties
+
+
+@register_selector("bandit")
+def _bandit(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+    pulls = np.asarray(stats.pulls if len(stats.pulls) else [0] * len(stats), dtype=np.float64)
+    rewards = np.asarray(stats.rewards if len(stats.rewards) else [0.0] * len(stats), dtype=np.float64)
+    if bandit == "ucb":
+        return [ucb_arm(pulls, rewards, c)] * prompts
+    if bandit == "thompson":
+        draws = rng.normal(rewards / (pulls + 1), c / np.sqrt(pulls + 1), size=(prompts, len(stats)))
+        return [int(a) for a in draws.argmax(axis=1)]
+    raise ValueError(f"unknown bandit {bandit!r}; choose one of {', '.join(BANDITS)}")
+
+
+def ucb_arm(pulls: np.ndarray, rewards: np.ndarray, c: float) -> int:
+    """UCB1's arm: the newest never-pulled arm, else ``argmax mean + c * sqrt(2 ln N / n)`` (first of ties)."""
+    untried = np.flatnonzero(pulls == 0)
+    if len(untried):
+        return int(untried[0])
+    bonus = c * np.sqrt(2.0 * math.log(pulls.sum()) / pulls)
+    return int(np.argmax(rewards / pulls + bonus))

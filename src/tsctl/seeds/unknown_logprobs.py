@@ -1,0 +1,60 @@
+"""Seed-prefix tokens whose pi_b is unknown (trace seeds): what their importance ratio is taken against.
+
+A trace file gives the tokens of a behaviour response but not the probabilities of the policy that
+wrote it, so its seed shard stores NaN log-probs. ``seeds.trace_logprobs`` chooses the treatment:
+
+- ``exclude`` (default): those prefix tokens leave the loss and its token normaliser (as
+  ``seeds.train_prefix=false`` does for every prefix); the trace still steers the continuation,
+  and the suffix and the reward credit it through the advantage.
+- ``cap``: pi_b is taken as pi_old's log-prob of the token at this step (the weights that sampled
+  the continuation, fixed for the whole update), so ``r_t = pi_theta / pi_old`` is 1 on the first
+  mini-batch and moves only as pi_theta drifts within the step; as a prefix token its loss is
+  clipped to ``[1 - clip_low, 1 + clip_high]`` and, for a negative advantage, capped by the prefix
+  dual clip (``algo.prefix_clip_c``). The gradient is the on-policy one of a token the policy did
+  not choose: it raises (A > 0) or lowers (A < 0) the policy's probability of the trace's tokens,
+  bounded per step by the clip range.
+
+Prefix tokens with a known pi_b are untouched; without trace seeds this returns its inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from tsctl.config.schema import TsctlConfig
+from tsctl.trainer import pi_old
+from tsctl.trainer.batch import RolloutBatch, old_logprobs
+from tsctl.trainer.samples import PREFIX
+
+TRACE_LOGPROBS = ("exclude", "cap")
+"""Values of ``seeds.trace_logprobs``."""
+
+
+def ratio_inputs(
+    old: torch.Tensor, batch: RolloutBatch, loss_mask: torch.Tensor, cfg: TsctlConfig, model: PreTrainedModel, engine_old: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log-probs each ratio is taken against [B, T] and the loss mask [B, T], unknown pi_b resolved.
+
+    Args:
+        old: pi_old's log-probs [B, T] (``engine_old``: as the engine reported them, 0 on prefix
+            tokens; else a teacher-forced forward, every response token).
+        batch: the step's samples; ``behaviour_logprobs`` is NaN on prefix tokens of unknown pi_b.
+        loss_mask: [B, T] tokens that enter the loss.
+        model: the policy at the start of the update (pi_old), for the forward ``cap`` needs with
+            ``engine_old``.
+    """
+    denominators = old_logprobs(old, batch)
+    unknown = (batch.source == PREFIX) & torch.isnan(batch.behaviour_logprobs)
+    if not bool(unknown.any()):
+        return denominators, loss_mask
+    if cfg.seeds.trace_logprobs == "exclude":
+        return torch.where(unknown, torch.zeros_like(denominators), denominators), loss_mask & ~unknown
+    current = old
+    if engine_old:
+        rows = unknown.any(1).nonzero().squeeze(1)
+        tr = cfg.trainer
+        recomputed = pi_old.recompute(model, batch.rows(rows), cfg.engine.temperature or 1.0, tr.micro_batch_size, entropy=False, share_prompts=tr.share_prompts)[0]
+        current = old.clone()
+        current[rows, : recomputed.shape[1]] = recomputed
+    return torch.where(unknown, current, denominators), loss_mask
