@@ -5,7 +5,8 @@ the table; a report on one run uses it whatever its status. A run whose summary 
 NaN/Inf is named in a warning (console and ``summary.md``) with the first step where its metrics went
 bad. Outputs go to ``<sweep>/report/`` or
 ``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,
-``comparisons.csv`` (sweeps with a baseline) and PNGs.
+``comparisons.csv`` (sweeps with a baseline), ``attribution.csv`` (runs with seeds: where the gain
+came from, :mod:`~tsctl.report.attribution`) and PNGs.
 
 Rooms: :mod:`~tsctl.report.points` reads run folders and groups them into points,
 :mod:`~tsctl.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stats`),
@@ -20,6 +21,7 @@ from typing import Optional
 
 from tsctl import atomic
 from tsctl.config.errors import ConfigError
+from tsctl.report.attribution import attribution_csv, attribution_rows, markdown_section
 from tsctl.report.compare import compare, default_baseline, parse_baseline, summarize
 from tsctl.nan_warnings import run_warnings
 from tsctl.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder
@@ -41,6 +43,7 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
         FileNotFoundError: ``path`` holds no run.
         ConfigError: the baseline is malformed or matches no point.
     """
+    from tsctl.report.attribution_plots import draw_attribution
     from tsctl.report.plots import draw_all
 
     path = Path(path)
@@ -58,11 +61,14 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
         raise ConfigError("report.baseline", f"{baseline!r} matches no point of {path}; the points are: {labels}")
     rows = compare(summary, chosen) if chosen and not single else []
     named = " ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ""
-    images = draw_all(points, out)
+    images = draw_all(points, out) + draw_attribution(points, out)
+    attribution = attribution_rows(points, level)
     title = f"{'Run' if single else 'Sweep'} {path.name}"
     warnings = [line for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
     notes = "".join(f"\n**Warning: non-finite metric.** {line}\n" for line in warnings)
-    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + notes)
+    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + markdown_section(attribution, level) + notes)
+    if attribution:
+        atomic.write_text(out / "attribution.csv", attribution_csv(attribution))
     atomic.write_text(out / "summary.csv", csv_text(summary))
     if rows:
         atomic.write_text(out / "comparisons.csv", comparisons_csv(rows))
