@@ -50,6 +50,9 @@ def seed(composed: Composed) -> Path:
     k = seeded_count(cfg.trainer.n, cfg.ratio)
     if k == 0:
         raise ConfigError("ratio", f"ratio={cfg.ratio:g} seeds no sample of a group of n={cfg.trainer.n}; use e.g. ratio=25")
+    for key, value, default in (("seeds.source", cfg.seeds.source, "self"), ("seeds.selector", cfg.seeds.selector, "latest")):
+        if value != default:
+            raise ConfigError(key, f"tsctl seed writes the seeds of shards.checkpoint only; {key}={value} applies to tsctl train")
     out = shard_dir(cfg) / SEEDS_FILE
     if out.exists() and not cfg.shards.overwrite:
         raise ConfigError("shards.overwrite", f"{out} already exists; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")

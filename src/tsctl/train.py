@@ -8,6 +8,9 @@ What one step does, top to bottom:
    the behaviour policy pi_b: they write full responses for the prompts of the next ``refresh``
    steps, a truncation strategy cuts each to a prefix, and the prefixes with their pi_b log-probs
    are stored as a seed shard in the run folder. ``refresh=0`` keeps the initial model as pi_b.
+   Optional: a selector gives a prompt's seeds to an older snapshot of a behaviour pool
+   (``seeds.selector``), or another model or a trace file writes them (``seeds.source``); the
+   seeded samples' accuracy and advantage by source, arm, age and prefix length are logged.
 3. **Rollout.** ``n`` responses per prompt from the rollout policy pi_old (the weights at the start
    of this step): ``round(n * ratio / 100)`` continue a seed prefix, the rest are plain.
 4. **Rewards and advantages.** The task's verifier scores each whole response; advantages are
