@@ -10,7 +10,6 @@ import torch
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, loss_norms
 from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
-from tsctl.engines.hf import HFEngine
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
