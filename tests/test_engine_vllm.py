@@ -1,4 +1,4 @@
-"""The vllm engine against a fake vLLM that enforces vLLM 0.34's documented contract (tests/fakes/vllm.py).
+"""The vllm engine against a fake vLLM that enforces vLLM 0.33-0.34's documented contract (tests/fakes/vllm.py).
 
 vLLM needs a GPU and is not installed here; what runs is everything around it: the LLM arguments,
 the requests and sampling parameters, the stop tokens, the sleep/wake states.

@@ -1,4 +1,4 @@
-"""A fake ``vllm`` module that enforces the parts of vLLM 0.34's documented contract tsctl relies on.
+"""A fake ``vllm`` module that enforces the parts of vLLM 0.33-0.34's documented contract tsctl relies on.
 
 vLLM needs a GPU, so tests install this module as ``sys.modules["vllm"]`` (:func:`install`). It is
 stricter than vLLM where vLLM would fail late or silently:
@@ -29,7 +29,7 @@ import json
 import pickle
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -45,7 +45,7 @@ LLM_KWARGS = {
     "max_num_seqs", "enable_sleep_mode", "enable_prefix_caching", "logprobs_mode", "worker_extension_cls",
     "enforce_eager", "trust_remote_code",
 }
-"""Keyword arguments of ``vllm.LLM`` (named or ``EngineArgs`` fields in 0.34) the fake understands."""
+"""Keyword arguments of ``vllm.LLM`` (named or ``EngineArgs`` fields in 0.33 and 0.34) the fake understands."""
 
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
@@ -69,11 +69,8 @@ def end_after(count: Callable[[list[int]], int], end: int | None) -> Script:
     return script
 
 
-# ---------------------------------------------------------------- sampling parameters and outputs
-
-
 class SamplingParams:
-    """vLLM 0.34's ``SamplingParams`` fields that tsctl may set, with their types and ranges checked."""
+    """vLLM 0.33/0.34 ``SamplingParams`` fields that tsctl may set, with their types and ranges checked."""
 
     FIELDS: dict[str, tuple[tuple[type, ...], Any]] = {
         "n": ((int,), 1), "temperature": ((float,), 1.0), "top_p": ((float,), 1.0), "top_k": ((int,), 0),
@@ -125,10 +122,6 @@ class RequestOutput:
     request_id: str
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
-    finished: bool = True
-
-
-# ---------------------------------------------------------------- the model folder and the workers
 
 
 @dataclass
@@ -206,9 +199,6 @@ def _tensors_in(value: Any) -> bool:
     return hasattr(value, "__dict__") and not isinstance(value, type) and _tensors_in(vars(value))
 
 
-# ---------------------------------------------------------------- the engine
-
-
 class LLM:
     """``vllm.LLM`` as far as tsctl uses it (see the module docstring)."""
 
@@ -248,8 +238,6 @@ class LLM:
         worker_cls = type("Worker", bases, {})
         self.workers = [worker_cls(self, rank) for rank in range(kwargs.get("tensor_parallel_size", 1))]
         type(self).instances.append(self)
-
-    # -- sampling
 
     def generate(self, prompts: Any, sampling_params: Any = None, *, use_tqdm: bool = True, **kwargs: Any) -> list[RequestOutput]:
         if self.discarded:
@@ -298,8 +286,6 @@ class LLM:
         sample = CompletionOutput(0, "" if not sp.detokenize else "<text>", tokens, None, logprobs, reason, tokens[-1] if reason == "stop" else None)
         return RequestOutput(str(index), prompt, [sample])
 
-    # -- memory and caches
-
     def sleep(self, level: int = 1, mode: str = "abort", reset_connector: bool = True) -> None:
         if not self.sleep_mode:
             raise RuntimeError("sleep mode is not enabled: LLM(enable_sleep_mode=True)")
@@ -327,8 +313,6 @@ class LLM:
     def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
         self.events.append(("reset_prefix_cache",))
         return True
-
-    # -- workers
 
     def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
         if not isinstance(method, str):

@@ -1,6 +1,6 @@
 """The ``vllm`` rollout engine: vLLM's offline ``LLM`` behind the :class:`~tsctl.engines.base.Engine` interface.
 
-Written against vLLM 0.34 (``pyproject.toml`` pins ``vllm>=0.34,<0.35``): ``LLM(...)`` with
+Written against vLLM 0.34 and checked against 0.33 (``pyproject.toml`` pins ``vllm>=0.33,<0.35``): ``LLM(...)`` with
 ``enable_sleep_mode``, ``max_model_len``, ``max_num_seqs``, ``logprobs_mode`` and
 ``worker_extension_cls``; ``LLM.sleep(level=2)`` and ``LLM.wake_up(tags=...)``;
 ``LLM.reset_prefix_cache()``; ``LLM.collective_rpc``; ``SamplingParams``, ``TokensPrompt`` and
@@ -24,7 +24,9 @@ same hardware and vLLM version, when the engine core runs in the calling process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here, which makes scheduling deterministic) and the
 same requests arrive in the same order. tsctl builds its requests in a fixed order from
 ``(seed, step)``, so a run is reproducible from its start; a resumed run starts a fresh engine
-whose random stream differs from the one the killed run would have continued.
+whose random stream differs from the one the killed run would have continued. In process, vLLM
+seeds the process's global generators when it starts; the trainer reseeds its own afterwards and
+shuffles with explicit generators.
 
 **Colocation.** With ``enable_sleep_mode`` the engine shares the trainer's GPU: :meth:`sleep`
 (level 2) discards its weights and KV cache before the update; :meth:`load_weights` wakes the
