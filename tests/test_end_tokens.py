@@ -5,10 +5,13 @@ from __future__ import annotations
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from fakes.qwen import qwen_like_tokenizer, save_qwen_folder, tiny_qwen2
-from tsctl.engines.base import Request, SamplingParams
+from tsctl.config.compose import compose_config
+from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.hf import HFEngine
 from tsctl.models.prompts import PromptFormatter, end_token_ids
 from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.seeds.generate import seed_columns
+from tsctl.tasks.registry import build_task
 
 EOT, IM_START, IM_END = 256, 257, 258
 TEXTS = ["  leading and trailing  ", "a b\n\nc  d {x} \\boxed{1/2}", "Use 3 5  7 2 to make 24.", "ünïcödé and\ttabs"]
@@ -66,3 +69,26 @@ def test_hf_engine_stops_at_whichever_end_token_comes_first():
     assert one.finished and one.token_ids == free[: late + 1]
     assert not HFEngine(model, never, EOT).generate([Request(prompt)], params)[0].finished
     assert HFEngine(model, [free[late], never, free[late]], EOT).end_ids == tuple(sorted({never, free[late]}))
+
+
+class ScriptedEngine:
+    """Returns fixed completions: one that ends with <|im_end|>, one cut at its limit."""
+
+    reports_token_stats = False
+
+    def generate(self, requests, params):
+        texts = [[65, 66, 67, IM_END], [68, 69, 70, 71]]
+        return [Completion(texts[i % 2], [-0.5] * 4, finished=i % 2 == 0) for i in range(len(requests))]
+
+
+def test_a_seed_prefix_never_takes_the_end_token_that_closed_a_chat_turn():
+    tok = qwen_like_tokenizer()
+    model = tiny_qwen2(tok)
+    cfg = compose_config(["truncation=fixed", "seeds.fraction=1.0", "task=arithmetic", "task.train_size=50", "task.heldout_size=5"]).cfg
+    task = build_task(cfg.task)
+    columns = seed_columns(
+        model, ScriptedEngine(), PromptFormatter(tok), task, list(task.problems("train"))[:1], 2, cfg,
+        checkpoint="now", checkpoint_step=0, sample_seed=0,
+    )
+    assert columns["finished"] == [True, False]
+    assert columns["cut"] == [3, 4]  # the whole response but its <|im_end|>; all of the unfinished one
