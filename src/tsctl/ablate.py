@@ -273,9 +273,9 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
         raise RunError(f"{run.path} has no checkpoint to evaluate")
     step, path = found
     model, tokenizer = load_model(path, cfg.model.dtype, cfg.model.device)
-    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     task = build_task(cfg.task)
-    engine = build_engine(cfg.engine, model.eval(), formatter.eos_id, formatter.pad_id, str(path))
+    engine = build_engine(cfg.engine, model.eval(), formatter.end_ids, formatter.pad_id, str(path), seed=cfg.seed)
     heldout = list(task.problems("heldout"))
     e, tr = cfg.engine, cfg.trainer
     greedy_problems = heldout[: cfg.eval.limit or tr.eval_problems]

@@ -21,11 +21,13 @@ behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
 [cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] (countdown|arithmetic|file),
-[cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
+[cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
 clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group),
 [cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
 [cyan]shards[/cyan] (seed/rollout: checkpoint, step, data_step, steps, out_dir, overwrite), [cyan]logger[/cyan] (console|wandb).
+
+[bold]Presets[/bold] set a whole paper-like run: [cyan]+preset=qwen2.5-math-1.5b[/cyan] or [cyan]+preset=qwen2.5-math-7b[/cyan] (conf/preset/).
 
 Print the resolved config with [cyan]--cfg job[/cyan]; every key is documented in src/tsctl/config/schema.py.
 """

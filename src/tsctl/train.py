@@ -21,6 +21,8 @@ What one step does, top to bottom:
 6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
    token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
    Rows that share a prompt share one forward of it (``trainer.share_prompts``, same gradients).
+   An engine with its own copy of the weights (vLLM) sleeps through steps 5-6, then gets the new
+   weights and wakes up.
 7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
    ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
    ``save_every`` steps, from which ``resume=true`` continues exactly. A NaN/Inf loss, gradient or
@@ -96,10 +98,10 @@ def train(composed: Composed) -> RunDir:
     base = base_model_path(cfg)
     resume_from = latest_checkpoint(run.checkpoints)
     model, tokenizer = load_model(resume_from[1] if resume_from else base, cfg.model.dtype, cfg.model.device)
-    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     task = build_task(cfg.task)
     problems = list(task.problems("train"))
-    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id, str(resume_from[1] if resume_from else base))
+    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, str(resume_from[1] if resume_from else base), seed=cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     ref_model = load_model(base, cfg.model.dtype, cfg.model.device)[0].eval() if cfg.algo.kl_coef > 0 else None
@@ -186,6 +188,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
         rollouts_dir.mkdir(parents=True, exist_ok=True)
         write_shard(rollouts_dir / f"step-{step + 1:06d}.parquet", "rollout", rollout_columns(samples, advantages, step), overwrite=True)
 
+    engine.sleep()  # rollouts are done: an engine with its own GPU memory frees it for the update
     t1 = time.perf_counter()
     temperature = e.temperature or 1.0
     if pi_old.from_engine(cfg, engine, model):
@@ -207,6 +210,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     update = policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), loss_mask, cfg, generator, ref, guard)
     timings["time/update"] = time.perf_counter() - t2
     engine.load_weights(model.state_dict())
+    engine.wake_up()
     trained_tokens = int(batch.attention_mask.sum()) * tr.epochs
     timings["time/step"] = time.perf_counter() - t0
     return {

@@ -154,11 +154,20 @@ class EngineConfig:
     max_new_tokens: int = 48
     """Longest response, in tokens; longer responses are truncated."""
     batch_size: int = 256
-    """Sequences decoded together (prompts x n are chunked to this)."""
+    """Sequences decoded together: ``hf`` chunks prompts x n to this; ``vllm`` takes it as ``max_num_seqs``."""
     gpu_memory_utilization: float = 0.5
-    """vllm only: share of GPU memory vLLM may take (the trainer needs the rest)."""
+    """vllm only: share of GPU memory vLLM may take while awake (weights + KV cache; the trainer needs the rest)."""
     tensor_parallel_size: int = 1
-    """vllm only: GPUs per engine."""
+    """vllm only: GPUs the engine's model is split over (weights reach them by CUDA IPC, not through the host)."""
+    dtype: str = "bfloat16"
+    """vllm only: dtype of vLLM's weights and compute (``bfloat16``, ``float16`` or ``float32``), whatever
+    the trainer's; the trainer's weights are cast to it at every sync."""
+    max_model_len: Optional[int] = None
+    """vllm only: longest prompt + prefix + response, in tokens (sizes vLLM's KV cache); null = the
+    model's ``max_position_embeddings``. A request that does not fit is refused, never cut short."""
+    enable_sleep_mode: bool = True
+    """vllm only: discard vLLM's weights and KV cache during the update (sleep level 2) and bring them
+    back after the weight sync, so vLLM and the trainer share one GPU."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ from tsctl.config.schema import TsctlConfig
 TASKS = ("countdown", "arithmetic", "file")
 ENGINES = ("hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16")
+ENGINE_DTYPES = ("bfloat16", "float16", "float32")
 OLD_LOGPROBS = ("auto", "engine", "recompute")
 DEVICES = ("auto", "cpu", "cuda")
 OVERLONG = ("none", "mask", "penalty")
@@ -98,6 +99,10 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _positive("engine.max_new_tokens", e.max_new_tokens)
     _positive("engine.batch_size", e.batch_size)
     _in_range("engine.gpu_memory_utilization", e.gpu_memory_utilization, 0.05, 0.95)
+    _positive("engine.tensor_parallel_size", e.tensor_parallel_size)
+    _one_of("engine.dtype", e.dtype, ENGINE_DTYPES)
+    if e.max_model_len is not None and e.max_model_len <= e.max_new_tokens:
+        raise ConfigError("engine.max_model_len", f"{e.max_model_len} must exceed engine.max_new_tokens={e.max_new_tokens} (prompts need room too)")
 
     al = cfg.algo
     _one_of("algo.loss", al.loss, POLICY_LOSSES)

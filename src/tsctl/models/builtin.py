@@ -62,7 +62,7 @@ def build_and_warm_up(cfg: TsctlConfig) -> tuple[PreTrainedModel, PreTrainedToke
     examples = encode_examples(list(task.problems("train")), formatter, max_len)
     report = supervised_warmup(model, examples, cfg.model.warmup, formatter.pad_id)
     heldout = list(task.problems("heldout"))[: cfg.model.warmup.eval_problems]
-    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id)
+    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id)
     report["heldout_accuracy"] = greedy_accuracy(engine, formatter, task, heldout, cfg.engine.max_new_tokens)
     report["heldout_problems"] = len(heldout)
     report["parameters"] = sum(p.numel() for p in model.parameters())

@@ -64,7 +64,9 @@ def seed_columns(
         ids = s.generated_ids
         answer = find_answer_start(ids, marker, bounds) if marker else None
         step = serve_steps[s.group] if serve_steps is not None else checkpoint_step
-        ctx = CutContext(eos_id=formatter.eos_id, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
+        # A finished response ends with the one end token that stopped it (EOS or, in chat, <|im_end|>).
+        end = ids[-1] if s.finished else formatter.eos_id
+        ctx = CutContext(eos_id=end, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
         cuts.append(choose_cut(cfg.truncation, ids, ctx, cfg.seeds, rng))
     return {
         "prompt_id": [s.prompt_id for s in samples],
