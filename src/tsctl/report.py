@@ -14,8 +14,9 @@ What "final" means per run:
 - clip fraction by token source: the mean over all training steps.
 
 A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
-the table; a report on one run uses it whatever its status. Outputs go to ``<sweep>/report/`` or
-``<run>/plots/``: ``summary.md`` (the table, the notes and the plots), ``summary.csv`` and PNGs.
+the table (a run whose manifest says ``running`` but whose process is gone is ``interrupted``); a
+report on one run uses it whatever its status. Outputs go to ``<sweep>/report/`` or ``<run>/plots/``:
+``summary.md`` (the table, the notes and the plots), ``summary.csv`` and PNGs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any, Iterable, Optional
 
 from omegaconf import OmegaConf
 
+from tsctl.run_lock import is_held
 from tsctl.runs import RunDir
 
 FINAL_EVAL = "final_eval.json"
@@ -109,7 +111,13 @@ def load_run(path: Path) -> Run:
     config = path / "config.yaml"
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
-    return Run(path, manifest.get("status", "unknown"), manifest.get("error"), settings, run.read_metrics(), final)
+    return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final)
+
+
+def run_status(path: Path, manifest: dict[str, Any]) -> str:
+    """The manifest's status, except that a ``running`` run whose process is gone (nobody holds its lock) is ``interrupted``."""
+    status = manifest.get("status", "unknown")
+    return "interrupted" if status == "running" and is_held(path) is False else status
 
 
 def find_runs(path: Path) -> list[Run]:
