@@ -6,6 +6,7 @@ from typing import Callable, Optional
 
 import typer
 from omegaconf import OmegaConf
+from rich.markup import escape
 
 from tsctl.config.compose import Composed, compose_config
 from tsctl.config.errors import ConfigError
@@ -43,18 +44,44 @@ CfgFlag = typer.Option(None, "--cfg", help="Print the resolved config ('job') an
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that are a user's mistake: printed as one line, never as a traceback."""
+    """Exceptions that are a user's mistake (or the machine's: a full disk): printed as one line, never as a traceback."""
+    from tsctl.atomic import WriteError
     from tsctl.models.loading import ModelLoadError
     from tsctl.runs import RunError
     from tsctl.seeds.shards import ShardError
     from tsctl.tasks.records import DataError
 
-    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, FileNotFoundError)
+    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, WriteError, FileNotFoundError)
+
+
+def _fail(err: BaseException) -> typer.Exit:
+    """Print ``err`` as the one ``error:`` line; the exit code 2 to raise."""
+    console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _guarded(action: Callable[[], object]) -> None:
+    """Run ``action``; user errors, and a write that failed for a full disk or a read-only place, exit 2 with one line."""
+    from tsctl.atomic import write_error, write_problem
+
+    try:
+        action()
+    except _user_errors() as err:
+        raise _fail(err) from None
+    except OSError as err:
+        code = write_problem(err)
+        if code is None:
+            raise
+        raise _fail(write_error(code, err.filename or "the output folder")) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]; resume with the same command and resume=true")
+        raise typer.Exit(130) from None
 
 
 def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object]) -> None:
     """Compose the config, print it if asked, else run ``stage``; user errors exit 2 with one line."""
-    try:
+
+    def action() -> None:
         composed = compose_config(overrides or [])
         if cfg_flag:
             if cfg_flag != "job":
@@ -62,12 +89,8 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
             typer.echo(OmegaConf.to_yaml(composed.node))
             return
         stage(composed)
-    except _user_errors() as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]; resume with the same command and resume=true")
-        raise typer.Exit(130) from None
+
+    _guarded(action)
 
 
 @app.command(epilog=KNOBS)
@@ -164,9 +187,4 @@ def report(path: str = typer.Argument(..., help="A sweep folder (runs/<experimen
     """Summary table (console, Markdown, CSV) and plots of a sweep or a run, into <sweep>/report/ or <run>/plots/."""
     from tsctl.report import report as write_report
 
-    try:
-        out = write_report(path)
-    except FileNotFoundError as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    console.print(f"report: {out}", highlight=False)
+    _guarded(lambda: console.print(f"report: {write_report(path)}", highlight=False))
