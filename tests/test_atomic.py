@@ -74,7 +74,7 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_the_old_one_and_no_temp_fold
     final.mkdir()
     (final / "old.bin").write_bytes(b"old")
     with pytest.raises(atomic.WriteError, match=r"no space left on .*step-2 .*resume=true"):
-        with atomic.staged_dir(final) as tmp, open("/dev/full", "wb") as full:
+        with atomic.staged_dir(final), open("/dev/full", "wb") as full:
             torch.save({"x": torch.zeros(1000)}, full)  # the real kernel error of a full device
     assert (final / "old.bin").read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["step-2"]

@@ -166,7 +166,7 @@ def test_a_failed_start_leaves_no_run_folder(setup, kind, tmp_path):
 def test_eval_of_a_run_without_checkpoints_names_eval_checkpoint(setup, tmp_path):
     run = tmp_path / "started"
     shutil.copytree(setup.run, run, ignore=shutil.ignore_patterns("checkpoints"))
-    line = fails_cleanly(setup, ["eval", *setup.args, f"eval.checkpoint={run}"], "without any complete checkpoint", "resume=true", "eval.checkpoint=")
+    line = fails_cleanly(setup, ["eval", *setup.args, f"eval.checkpoint={run}"], "a run with no complete checkpoint yet", "resume=true", "eval.checkpoint=")
     assert "model.path" not in line
 
 

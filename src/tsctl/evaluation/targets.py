@@ -2,8 +2,8 @@
 
 A checkpoint setting (``eval.checkpoint``, ``shards.checkpoint``) is one of:
 
-- a run folder (it holds ``checkpoints/``): its complete checkpoints chosen by the step setting
-  (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``;
+- a run folder (it holds ``checkpoints/`` or ``manifest.json``): its complete checkpoints chosen by
+  the step setting (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``;
 - one checkpoint of a run (``<run>/checkpoints/step-N``): results go to ``<run>/eval/step-N/``;
 - any other HF model folder: results go to ``<runs_dir>/<experiment>/eval/<folder name>/``;
 - null: ``model.path`` (the built-in model is built and warmed up first when missing); a hub id
@@ -83,7 +83,7 @@ def _run_targets(run: Path, step: str, key: str) -> list[Target]:
     found = list_checkpoints(run / "checkpoints")
     if not found:
         raise RunError(
-            f"{key}.checkpoint={run} is a run without any complete checkpoint yet (checkpoints/step-N with config.json and "
+            f"{key}.checkpoint={run} is a run with no complete checkpoint yet (checkpoints/step-N with config.json and "
             f"trainer_state.pt); continue its training with `tsctl train ... resume=true`, or pass {key}.checkpoint=<model folder>"
         )
     if step == "last":
