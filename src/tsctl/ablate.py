@@ -203,7 +203,7 @@ def point_config(node: DictConfig, folder: Path) -> Composed:
     node = node.copy()
     node.experiment = f"{node.experiment}/{folder.parent.name}"
     node.name = folder.name
-    node.resume = True
+    node.resume = (folder / "config.yaml").is_file()  # a new point starts; resume=true of nothing is an error
     cfg = OmegaConf.to_object(node)
     assert isinstance(cfg, TsctlConfig)
     return Composed(node=node, cfg=validate(cfg))

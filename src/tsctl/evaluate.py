@@ -102,12 +102,12 @@ def policies(targets: Sequence[Target], cfg: TsctlConfig) -> Iterator[tuple[Targ
     policy: Policy | None = None
     for target in targets:
         if policy is None:
-            model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device)
+            model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device, key=target.key)
             formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
             engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, target.path, seed=cfg.seed)
             policy = Policy(model.eval(), engine, formatter)
         else:
-            policy.model.load_state_dict(load_model(target.path, cfg.model.dtype, cfg.model.device)[0].state_dict())
+            policy.model.load_state_dict(load_model(target.path, cfg.model.dtype, cfg.model.device, key=target.key)[0].state_dict())
             policy.engine.load_weights(policy.model.state_dict())
         yield target, policy
 

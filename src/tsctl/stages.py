@@ -40,7 +40,7 @@ def shard_dir(cfg: TsctlConfig) -> Path:
 def _policy(cfg: TsctlConfig):
     """The model named by ``shards.checkpoint``/``shards.step``: (model, formatter, target)."""
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards")
-    model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device)
+    model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device, key=target.key)
     return model.eval(), PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config), target
 
 

@@ -35,12 +35,14 @@ default), no KL term by default. Dropped: value model, reward model (rewards are
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
 
 import torch
 
+from tsctl import faults
 from tsctl.config.compose import Composed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import SamplingParams
@@ -49,7 +51,7 @@ from tsctl.models.builtin import ensure_builtin
 from tsctl.models.loading import load_model
 from tsctl.models.prompts import PromptFormatter
 from tsctl.progress import console, make_progress
-from tsctl.runs import RunDir, open_run
+from tsctl.runs import RunDir, locate_run, open_run
 from tsctl.seeds.bank import SeedBank
 from tsctl.sinks import MetricsSink
 from tsctl.tasks.registry import build_task
@@ -91,12 +93,16 @@ def lr_lambda(cfg: TsctlConfig):
 
 
 def train(composed: Composed) -> RunDir:
-    """Run (or resume) the RL loop described in the module docstring; returns the run folder."""
+    """Run (or resume) the RL loop described in the module docstring; returns the run folder.
+
+    The model, data and engine are loaded before the run folder is created (a failed start leaves
+    none); the folder is then held locked until the run ends (see :func:`tsctl.runs.open_run`).
+    """
     cfg = composed.cfg
-    run = open_run(cfg, composed.node, "train")
     tr = cfg.trainer
+    located = locate_run(cfg, composed.node, "train")
+    resume_from = latest_checkpoint(located.checkpoints)
     base = base_model_path(cfg)
-    resume_from = latest_checkpoint(run.checkpoints)
     model, tokenizer = load_model(resume_from[1] if resume_from else base, cfg.model.dtype, cfg.model.device)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     task = build_task(cfg.task)
@@ -105,7 +111,10 @@ def train(composed: Composed) -> RunDir:
     optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     ref_model = load_model(base, cfg.model.dtype, cfg.model.device)[0].eval() if cfg.algo.kl_coef > 0 else None
-    seeds = SeedBank(run.path / "seeds", cfg, formatter, task, problems) if cfg.ratio > 0 else None
+    seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if cfg.ratio > 0 else None
+    if seeds is not None and resume_from:
+        seeds.check_resume(resume_from[0])
+    run = open_run(cfg, composed.node, "train")
     if seeds is not None and cfg.algo.dynamic_sampling:
         console.print(
             "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
@@ -146,18 +155,23 @@ def train(composed: Composed) -> RunDir:
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
                     record.update(heldout_metrics(engine, formatter, task, cfg, done))
                 sink.log(record)
-                if done % tr.save_every == 0 or done == tr.steps:
+                faults.hit("step-logged")
+                # A window's first step is checkpointed too: its seeds can be written again from it.
+                if done % tr.save_every == 0 or done == tr.steps or (seeds is not None and seeds.opens_window(done)):
                     state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state(), "nonfinite_skips": guard.skips}
                     save_checkpoint(run.checkpoints, done, model, tokenizer, state)
-                    prune_checkpoints(run.checkpoints, tr.keep_checkpoints)
+                    prune_checkpoints(run.checkpoints, tr.keep_checkpoints, protect=seeds.keep(done) if seeds is not None else set())
                 progress.update(bar, advance=1, status=_status(record))
     except BaseException as err:
         details = err.manifest_fields() if isinstance(err, NonFiniteError) else {}
-        run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
+        with contextlib.suppress(OSError):  # a full disk may refuse the manifest too
+            run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
+        run.close()
         raise
     finally:
         sink.close()
     run.set_status("completed", finished_step=tr.steps)
+    run.close()
     return run
 
 

@@ -280,9 +280,12 @@ class TrainerConfig:
     save_rollouts: bool = False
     """Also write each step's samples as a rollout shard ``rollouts/step-N.parquet``."""
     save_every: int = 25
-    """Steps between checkpoints (the last step is always saved)."""
+    """Steps between checkpoints (>= 1; the last step is always saved). With ``ratio > 0`` the first
+    step of every seed window (each multiple of ``refresh``) is saved too: its seeds can be written
+    again from it if the shard is lost."""
     keep_checkpoints: int = 2
-    """Newest checkpoints kept on disk (0 keeps all)."""
+    """Newest checkpoints kept on disk (0 keeps all). The checkpoint that opened the current seed
+    window is also kept until the window closes."""
     eval_every: int = 25
     """Steps between held-out evaluations (and at start and end); 0 disables."""
     eval_problems: int = 1000
@@ -379,13 +382,14 @@ class TsctlConfig:
     seed: int = 0
     """Seed of sampling, initialisation and data order."""
     experiment: str = "default"
-    """Run folder is ``<runs_dir>/<experiment>/<name>``."""
+    """Run folder is ``<runs_dir>/<experiment>/<name>``; a relative path without ``..``."""
     name: Optional[str] = None
-    """Run name; null derives one from the overrides (``ratio25-refresh10-seed0``)."""
+    """Run name, one folder name (no ``/``, not ``..``); null derives one from the overrides (``ratio25-refresh10-seed0``)."""
     runs_dir: str = "runs"
     """Root folder of run outputs and the model cache."""
     resume: bool = False
-    """Continue an existing run from its newest complete checkpoint."""
+    """Continue an existing run from its newest complete checkpoint (with the config it was started
+    with; ``runs_dir``, ``experiment`` and ``name`` may differ, for a moved folder). An error when there is no such run."""
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)

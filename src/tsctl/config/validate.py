@@ -49,6 +49,15 @@ def _non_negative(key: str, value: float) -> None:
         raise ConfigError(key, f"{value} must be >= 0")
 
 
+def _run_place(cfg: TsctlConfig) -> None:
+    """``name`` is one folder name and ``experiment`` a relative path without ``..``: a run stays inside ``runs_dir``."""
+    if cfg.name is not None and (not cfg.name or cfg.name in (".", "..") or any(c in cfg.name for c in "/\\\0")):
+        raise ConfigError("name", f"{cfg.name!r} is not a plain folder name (no '/', no '..'), so the run would land outside <runs_dir>/<experiment>/; e.g. name=lr-2e-5")
+    parts = Path(cfg.experiment).parts
+    if not parts or Path(cfg.experiment).is_absolute() or ".." in parts or "\0" in cfg.experiment:
+        raise ConfigError("experiment", f"{cfg.experiment!r} must be a relative folder path without '..' (it would write outside runs_dir=); e.g. experiment=countdown/lr-sweep")
+
+
 def validate(cfg: TsctlConfig) -> TsctlConfig:
     """Check every knob of ``cfg``; return it unchanged or raise :class:`ConfigError`."""
     from tsctl.algo.losses import POLICY_LOSSES
@@ -58,6 +67,7 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     from tsctl.seeds.truncation import SCHEDULES as SEED_SCHEDULES
     from tsctl.seeds.truncation import STRATEGIES
 
+    _run_place(cfg)
     _in_range("ratio", cfg.ratio, 0, 100, " (percent of each group's samples that are seeded)")
     _one_of("truncation", cfg.truncation, STRATEGIES)
     _non_negative("refresh", cfg.refresh)
@@ -133,7 +143,8 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     tr = cfg.trainer
     for key in ("steps", "batch_size", "n", "mini_batches", "epochs", "lr"):
         _positive(f"trainer.{key}", getattr(tr, key))
-    for key in ("micro_batch_size", "weight_decay", "warmup_steps", "max_grad_norm", "save_every", "keep_checkpoints", "eval_every"):
+    _positive("trainer.save_every", tr.save_every)
+    for key in ("micro_batch_size", "weight_decay", "warmup_steps", "max_grad_norm", "keep_checkpoints", "eval_every"):
         _non_negative(f"trainer.{key}", getattr(tr, key))
     _one_of("trainer.schedule", tr.schedule, SCHEDULES)
     _one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)

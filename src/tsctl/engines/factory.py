@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from typing import Callable, Sequence
 
 from transformers import PreTrainedModel
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.schema import EngineConfig
 from tsctl.engines.base import Engine
 
@@ -19,6 +22,8 @@ def _build_hf(cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int],
 def _build_vllm(cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int) -> Engine:
     from tsctl.engines.vllm import VLLMEngine
 
+    if not _installed("vllm"):
+        raise ConfigError("engine", "engine=vllm needs vLLM, which is not installed: pip install 'tsctl[gpu]' on a CUDA machine, or use engine=hf")
     if model_path is None:
         raise ValueError("the vllm engine loads the model from a folder: pass model_path (a save_pretrained folder)")
     return VLLMEngine(
@@ -26,6 +31,13 @@ def _build_vllm(cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int
         tensor_parallel_size=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len or model.config.max_position_embeddings,
         max_num_seqs=cfg.batch_size, enable_sleep_mode=cfg.enable_sleep_mode,
     )
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported (without importing it)."""
+    if package in sys.modules:
+        return sys.modules[package] is not None
+    return importlib.util.find_spec(package) is not None
 
 
 ENGINES: dict[str, Callable[..., Engine]] = {"hf": _build_hf, "vllm": _build_vllm}

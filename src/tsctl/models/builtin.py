@@ -41,6 +41,7 @@ def ensure_builtin(cfg: TsctlConfig, rebuild: bool = False) -> Path:
     with atomic.file_lock(final.parent / f".{final.name}.lock"):
         if (final / WARMUP_REPORT).is_file() and not rebuild:
             return final
+        atomic.remove_stale(final.parent, f".{final.name}.*.tmp")  # a killed warm-up's staged folder; the lock keeps others out
         console.print(f"building the built-in model for task '{cfg.task.name}' -> {final}")
         with atomic.staged_dir(final) as tmp:
             model, tokenizer, report = build_and_warm_up(cfg)
