@@ -253,6 +253,7 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, float]:
     from tsctl.engines.base import SamplingParams
     from tsctl.engines.factory import build_engine
     from tsctl.models.loading import load_model
+    from tsctl.models.precision import compute_dtype
     from tsctl.models.prompts import PromptFormatter
     from tsctl.scoring import greedy_accuracy, sample_and_score
     from tsctl.tasks.registry import build_task
@@ -265,7 +266,7 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, float]:
     model, tokenizer = load_model(path, cfg.model.dtype, cfg.model.device)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
     task = build_task(cfg.task)
-    engine = build_engine(cfg.engine, model.eval(), formatter.eos_id, formatter.pad_id, str(path))
+    engine = build_engine(cfg.engine, model.eval(), formatter.eos_id, formatter.pad_id, str(path), compute_dtype=compute_dtype(cfg, model))
     heldout = list(task.problems("heldout"))
     e, tr = cfg.engine, cfg.trainer
     greedy_problems = heldout[: cfg.eval.limit or tr.eval_problems]

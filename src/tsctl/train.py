@@ -17,9 +17,11 @@ What one step does, top to bottom:
 5. **Old log-probs.** pi_old's log-probs as the ``hf`` engine reported them while sampling, or
    one no-grad forward over the batch (``trainer.old_logprobs``, see ``trainer/pi_old.py``); the
    ratio of a prefix token is taken against its stored pi_b log-prob, of every other token against pi_old.
+   When pi_old is recomputed, its gap to the engine's log-probs is logged (``logprob_gap/*``).
 6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
    token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
    Rows that share a prompt share one forward of it (``trainer.share_prompts``, same gradients).
+   Parameters and AdamW stay float32; forwards compute in ``model.compute_dtype`` (bf16 on CUDA).
 7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
    ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
    ``save_every`` steps, from which ``resume=true`` continues exactly.
@@ -42,6 +44,8 @@ from tsctl.engines.base import SamplingParams
 from tsctl.engines.factory import build_engine
 from tsctl.models.builtin import ensure_builtin
 from tsctl.models.loading import load_model
+from tsctl.models.logits import logits_head
+from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
 from tsctl.models.prompts import PromptFormatter
 from tsctl.progress import console, make_progress
 from tsctl.runs import RunDir, open_run
@@ -49,9 +53,10 @@ from tsctl.seeds.bank import SeedBank
 from tsctl.sinks import MetricsSink
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
-from tsctl.trainer.batch import old_logprobs, pack
+from tsctl.trainer.batch import enable_activation_checkpointing, old_logprobs, pack
 from tsctl.trainer.checkpoint import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
 from tsctl.trainer.heldout import heldout_metrics
+from tsctl.trainer.reference import load_reference, reference_logprobs
 from tsctl.seeds.shards import write_shard
 from tsctl.trainer.rollout import collect_groups
 from tsctl.trainer.rewards import sample_advantages
@@ -87,18 +92,24 @@ def lr_lambda(cfg: TsctlConfig):
 def train(composed: Composed) -> RunDir:
     """Run (or resume) the RL loop described in the module docstring; returns the run folder."""
     cfg = composed.cfg
+    require_fp32_master(cfg.model.dtype)
     run = open_run(cfg, composed.node, "train")
     tr = cfg.trainer
     base = base_model_path(cfg)
     resume_from = latest_checkpoint(run.checkpoints)
     model, tokenizer = load_model(resume_from[1] if resume_from else base, cfg.model.dtype, cfg.model.device)
+    logits_head(model)  # refuses a model whose logits post-processing the trainer would not reproduce
+    if tr.gradient_checkpointing:
+        enable_activation_checkpointing(model)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
     task = build_task(cfg.task)
     problems = list(task.problems("train"))
-    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id, str(resume_from[1] if resume_from else base))
+    engine = build_engine(
+        cfg.engine, model, formatter.eos_id, formatter.pad_id, str(resume_from[1] if resume_from else base), compute_dtype=compute_dtype(cfg, model)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    ref_model = load_model(base, cfg.model.dtype, cfg.model.device)[0].eval() if cfg.algo.kl_coef > 0 else None
+    ref_model = load_reference(cfg, base)
     seeds = SeedBank(run.path / "seeds", cfg, formatter, task, problems) if cfg.ratio > 0 else None
     if seeds is not None and cfg.algo.dynamic_sampling:
         console.print(
@@ -172,26 +183,25 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     generated_tokens = sum(len(s.generated_ids) for s in samples)
 
     advantages = sample_advantages(samples, cfg)
-    batch = pack(samples, advantages, formatter.pad_id)
+    batch = pack(samples, advantages, formatter.pad_id, model_device(model))
     if rollouts_dir is not None:
         rollouts_dir.mkdir(parents=True, exist_ok=True)
         write_shard(rollouts_dir / f"step-{step + 1:06d}.parquet", "rollout", rollout_columns(samples, advantages, step), overwrite=True)
 
     t1 = time.perf_counter()
-    temperature = e.temperature or 1.0
+    gap: dict[str, float] = {}
     if pi_old.from_engine(cfg, engine, model):
         old, entropy = pi_old.engine_stats(samples, batch)
     else:
-        old, entropy = pi_old.recompute(model, batch, temperature, tr.micro_batch_size, share_prompts=tr.share_prompts)
-    ref = None
-    if ref_model is not None:
-        ref = pi_old.recompute(ref_model, batch, temperature, tr.micro_batch_size, entropy=False, share_prompts=tr.share_prompts)[0]
+        old, entropy = pi_old.recompute_for(cfg, model, batch)
+        gap = pi_old.logprob_gap(pi_old.engine_logprobs(samples, batch), old, batch)
+    ref = reference_logprobs(ref_model, batch, cfg) if ref_model is not None else None
     timings["time/old_logprobs"] = time.perf_counter() - t1
     loss_mask = batch.resp_mask.clone()
     if not cfg.seeds.train_prefix:
         loss_mask &= batch.source != PREFIX
     if al.overlong == "mask":
-        loss_mask &= torch.tensor([s.finished for s in samples]).unsqueeze(1)
+        loss_mask &= torch.tensor([s.finished for s in samples], device=batch.device).unsqueeze(1)
 
     t2 = time.perf_counter()
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step, SHUFFLE_SEED))
@@ -203,6 +213,7 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     return {
         "step": step + 1,
         **rollout_metrics(samples, batch, entropy, list(tr.position_bins), step),
+        **gap,
         **update.means(),
         **timings,
         "lr": scheduler.get_last_lr()[0],

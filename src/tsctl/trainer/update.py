@@ -1,9 +1,13 @@
 """The policy update of one step: mini-batch optimiser steps with gradient accumulation.
 
 The batch is shuffled once per epoch and split into ``trainer.mini_batches`` mini-batches; each is
-one optimiser step. A mini-batch may be split into micro-batches of ``trainer.micro_batch_size``
-rows whose losses are summed: every loss divides by the whole mini-batch's normaliser, so the
-split changes neither the loss nor the gradient.
+one optimiser step. A mini-batch may be split into micro-batches of at most
+``trainer.micro_batch_size`` rows and ``trainer.micro_batch_tokens`` padded tokens
+(:mod:`tsctl.trainer.micro_batches`) whose losses are summed: every loss divides by the whole
+mini-batch's normaliser, so the split changes neither the loss nor the gradient.
+
+Forwards run under autocast to ``model.compute_dtype`` (bf16 on CUDA by default) while the
+parameters, their gradients and AdamW's state stay float32 (:mod:`tsctl.models.precision`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from transformers import PreTrainedModel
 from tsctl.algo.losses import get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.schema import TsctlConfig
+from tsctl.models.precision import autocast, compute_dtype
 from tsctl.trainer.batch import RolloutBatch, forward_tokens, response_logprobs
+from tsctl.trainer.micro_batches import micro_batches
 
 
 def policy_update(
@@ -42,22 +48,26 @@ def policy_update(
     metrics = MetricSums()
     B = len(batch)
     mini = B // tr.mini_batches
-    micro = tr.micro_batch_size or mini
+    device = batch.device
+    compute = compute_dtype(cfg, model)
+    lengths = batch.attention_mask.sum(1).tolist()
     model.train()
     for _ in range(tr.epochs):
         order = torch.randperm(B, generator=generator)
         for m in range(tr.mini_batches):
             rows = order[m * mini : (m + 1) * mini]
-            token_norm, seq_norm = loss_norms(loss_mask[rows])
+            token_norm, seq_norm = loss_norms(loss_mask[rows.to(device)])
             optimizer.zero_grad(set_to_none=True)
-            for start in range(0, mini, micro):
-                idx = rows[start : start + micro]
+            for idx in micro_batches(rows, lengths, tr.micro_batch_size, tr.micro_batch_tokens):
+                idx = idx.to(device)
                 sub = batch.rows(idx)
                 T = sub.resp_mask.shape[1]
                 mask, old = loss_mask[idx][:, :T], old_logprobs[idx][:, :T]
-                logprobs, entropy = response_logprobs(
-                    model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0, share_prompts=tr.share_prompts
-                )
+                with autocast(device, compute):
+                    logprobs, entropy = response_logprobs(
+                        model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0,
+                        share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib,
+                    )
                 loss, token_metrics = loss_fn(
                     logprobs, old, sub.advantages, mask,
                     clip_low=al.clip_low, clip_high=al.clip_high, clip_c=al.clip_c,
