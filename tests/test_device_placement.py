@@ -31,10 +31,12 @@ BASE = [
 
 
 @pytest.fixture
-def cpu_generator(monkeypatch):
-    """The simulated device has no random generator of its own: the engine draws with a CPU one."""
+def engine_on_device(monkeypatch):
+    """What the simulated device lacks for the engine: a random generator of its own (the engine draws
+    with a CPU one) and views of its tensors in inference mode (no-grad mode serves instead)."""
     cpu_class = torch.Generator
     monkeypatch.setattr(torch, "Generator", lambda device=None: cpu_class())
+    monkeypatch.setattr(torch, "inference_mode", torch.no_grad)
 
 
 def run_step(tmp_path, overrides: list[str], placement: str = "policy") -> tuple[dict, torch.nn.Module, dict]:
@@ -65,7 +67,7 @@ def run_step(tmp_path, overrides: list[str], placement: str = "policy") -> tuple
 @pytest.mark.parametrize(
     "overrides", [[], ["trainer.share_prompts=false", "trainer.micro_batch_tokens=0"], ["trainer.old_logprobs=engine"]]
 )
-def test_a_train_step_keeps_every_tensor_on_the_model_device(tmp_path, cpu_generator, overrides):
+def test_a_train_step_keeps_every_tensor_on_the_model_device(tmp_path, engine_on_device, overrides):
     record, before, after = run_step(tmp_path, overrides)
     assert record["samples"] == 8 and record["seeds/prefix_tokens"] > 0
     assert all(key in record for key in ("kl_ref", "clipped", "entropy"))
@@ -74,7 +76,7 @@ def test_a_train_step_keeps_every_tensor_on_the_model_device(tmp_path, cpu_gener
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
-def test_a_reference_model_on_the_cpu_serves_a_policy_on_the_device(tmp_path, cpu_generator):
+def test_a_reference_model_on_the_cpu_serves_a_policy_on_the_device(tmp_path, engine_on_device):
     record, *_ = run_step(tmp_path, [], placement="cpu")
     assert record["kl_ref"] >= 0
 

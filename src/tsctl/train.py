@@ -35,10 +35,11 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tsctl.config.compose import Composed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import SamplingParams
 from tsctl.engines.factory import build_engine
@@ -48,9 +49,7 @@ from tsctl.models.logits import logits_head
 from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
 from tsctl.models.prompts import PromptFormatter
 from tsctl.progress import console, make_progress
-from tsctl.runs import RunDir, open_run
 from tsctl.seeds.bank import SeedBank
-from tsctl.sinks import MetricsSink
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
 from tsctl.trainer.batch import enable_activation_checkpointing, old_logprobs, pack
@@ -65,6 +64,10 @@ from tsctl.trainer.samples import PREFIX, Sample
 from tsctl.trainer.schedule import extra_prompts, step_prompts, step_seed
 from tsctl.trainer.step_metrics import rollout_metrics
 from tsctl.trainer.update import policy_update
+
+if TYPE_CHECKING:
+    from tsctl.config.compose import Composed
+    from tsctl.runs import RunDir
 
 SAMPLE_SEED, SHUFFLE_SEED = 1, 2
 
@@ -89,26 +92,45 @@ def lr_lambda(cfg: TsctlConfig):
     return factor
 
 
+def load_policy(cfg: TsctlConfig, path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The policy to train from ``path``: fp32 parameters on ``model.device``, its LM head checked
+    (:func:`~tsctl.models.logits.logits_head`), activation checkpointing on when configured."""
+    require_fp32_master(cfg.model.dtype)
+    model, tokenizer = load_model(path, cfg.model.dtype, cfg.model.device)
+    logits_head(model)  # refuses a model whose logits post-processing the trainer would not reproduce
+    if cfg.trainer.gradient_checkpointing:
+        enable_activation_checkpointing(model)
+    return model, tokenizer
+
+
+def make_optimizer(cfg: TsctlConfig, model: PreTrainedModel) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW over the (float32) parameters and its learning-rate schedule (:func:`lr_lambda`)."""
+    tr = cfg.trainer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+
+
 def train(composed: Composed) -> RunDir:
     """Run (or resume) the RL loop described in the module docstring; returns the run folder."""
+    # Run folders and metric sinks need OmegaConf; train_step and the rest of this module do not
+    # (bench/gpu_check.py drives train_step on images without Hydra or OmegaConf).
+    from tsctl.runs import open_run
+    from tsctl.sinks import MetricsSink
+
     cfg = composed.cfg
     require_fp32_master(cfg.model.dtype)
     run = open_run(cfg, composed.node, "train")
     tr = cfg.trainer
     base = base_model_path(cfg)
     resume_from = latest_checkpoint(run.checkpoints)
-    model, tokenizer = load_model(resume_from[1] if resume_from else base, cfg.model.dtype, cfg.model.device)
-    logits_head(model)  # refuses a model whose logits post-processing the trainer would not reproduce
-    if tr.gradient_checkpointing:
-        enable_activation_checkpointing(model)
+    model, tokenizer = load_policy(cfg, str(resume_from[1] if resume_from else base))
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
     task = build_task(cfg.task)
     problems = list(task.problems("train"))
     engine = build_engine(
         cfg.engine, model, formatter.eos_id, formatter.pad_id, str(resume_from[1] if resume_from else base), compute_dtype=compute_dtype(cfg, model)
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    optimizer, scheduler = make_optimizer(cfg, model)
     ref_model = load_reference(cfg, base)
     seeds = SeedBank(run.path / "seeds", cfg, formatter, task, problems) if cfg.ratio > 0 else None
     if seeds is not None and cfg.algo.dynamic_sampling:
