@@ -53,8 +53,14 @@ class ModelConfig:
 
     path: str = "builtin"
     """``builtin`` (the tiny model tsctl builds and warms up itself), a local HF folder, or a hub id."""
-    dtype: str = "auto"
-    """Parameter dtype: ``auto`` (float32 on CPU, bfloat16 on GPU), ``float32`` or ``bfloat16``."""
+    dtype: str = "float32"
+    """Parameter (master-weight) dtype: ``float32`` or ``bfloat16``. AdamW steps these parameters, so
+    ``tsctl train`` needs ``float32`` (bf16 parameters lose updates below half a bf16 rounding step);
+    ``bfloat16`` halves the memory of inference-only commands (``eval``, ``seed``, ``rollout``)."""
+    compute_dtype: str = "auto"
+    """Dtype the forwards compute in, through ``torch.autocast``: ``auto`` (bfloat16 on CUDA, float32
+    elsewhere), ``float32`` or ``bfloat16``. Applies to the training forwards, pi_old and reference
+    recomputes, and the ``hf`` engine; float32 enters no autocast at all."""
     device: str = "auto"
     """``auto`` (cuda when available), ``cpu`` or ``cuda``."""
     cache_dir: Optional[str] = None
@@ -194,6 +200,10 @@ class AlgoConfig:
     """Added to the group std before dividing."""
     kl_coef: float = 0.0
     """Coefficient of a k3 KL penalty to the frozen initial model; 0 disables (DAPO default)."""
+    ref_placement: str = "policy"
+    """Where the KL reference model (a second full copy, loaded when ``kl_coef > 0``) lives: ``policy``
+    (on the policy's device), ``cpu`` (kept and run on the CPU: no GPU memory, slow forwards) or
+    ``offload`` (kept on the CPU, moved to the policy's device for its one forward per step)."""
     entropy_coef: float = 0.0
     """Coefficient of an entropy bonus; 0 disables."""
     dynamic_sampling: bool = False
@@ -248,6 +258,19 @@ class TrainerConfig:
     """Optimiser steps per batch (the batch is split into this many mini-batches)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
+    micro_batch_tokens: int = 0
+    """Padded tokens (rows x longest row) per forward/backward; 0 = no limit. Rows are packed longest
+    first, greedily up to the budget (a longer row runs alone); with ``micro_batch_size`` too, both
+    limits hold. The gradient is the same however the mini-batch is split."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them (HF gradient
+    checkpointing, non-reentrant): much less activation memory for about one more forward. The training
+    forward then runs whole rows instead of sharing prompts (the cache it needs is off); no-grad
+    recomputes still share them."""
+    logits_chunk_mib: float = 512.0
+    """Size of one chunk of float32 logits: the LM head runs on that many response positions at a time
+    (MiB / (4 bytes x vocabulary)), and backward recomputes each chunk's logits instead of keeping them,
+    so no full ``[B, T, V]`` logits tensor ever exists. The peak is a few times this (softmax, gradient)."""
     epochs: int = 1
     """Passes over the batch per step."""
     lr: float = 5e-5

@@ -15,8 +15,10 @@ from tsctl.config.schema import TsctlConfig
 
 TASKS = ("countdown", "arithmetic", "file")
 ENGINES = ("hf", "vllm")
-DTYPES = ("auto", "float32", "bfloat16")
+DTYPES = ("float32", "bfloat16")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 ENGINE_DTYPES = ("bfloat16", "float16", "float32")
+REF_PLACEMENTS = ("policy", "cpu", "offload")
 OLD_LOGPROBS = ("auto", "engine", "recompute")
 DEVICES = ("auto", "cpu", "cuda")
 OVERLONG = ("none", "mask", "penalty")
@@ -74,6 +76,9 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
 
     m = cfg.model
     _one_of("model.dtype", m.dtype, DTYPES)
+    _one_of("model.compute_dtype", m.compute_dtype, COMPUTE_DTYPES)
+    if m.dtype == "bfloat16" and m.compute_dtype == "float32":
+        raise ConfigError("model.compute_dtype", "float32 compute needs float32 parameters; use model.dtype=float32 or model.compute_dtype=auto")
     _one_of("model.device", m.device, DEVICES)
     if m.tiny.hidden_size % m.tiny.num_heads:
         raise ConfigError("model.tiny.num_heads", f"{m.tiny.num_heads} must divide model.tiny.hidden_size={m.tiny.hidden_size}")
@@ -124,6 +129,7 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
         raise ConfigError("algo.prefix_clip_c", f"{al.prefix_clip_c} must be > 1 (or null to leave prefix tokens to algo.clip_c)")
     _positive("algo.adv_eps", al.adv_eps)
     _non_negative("algo.kl_coef", al.kl_coef)
+    _one_of("algo.ref_placement", al.ref_placement, REF_PLACEMENTS)
     _non_negative("algo.entropy_coef", al.entropy_coef)
     _non_negative("algo.max_resample_rounds", al.max_resample_rounds)
     _one_of("algo.overlong", al.overlong, OVERLONG)
@@ -144,7 +150,8 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     for key in ("steps", "batch_size", "n", "mini_batches", "epochs", "lr"):
         _positive(f"trainer.{key}", getattr(tr, key))
     _positive("trainer.save_every", tr.save_every)
-    for key in ("micro_batch_size", "weight_decay", "warmup_steps", "max_grad_norm", "keep_checkpoints", "eval_every"):
+    _positive("trainer.logits_chunk_mib", tr.logits_chunk_mib)
+    for key in ("micro_batch_size", "micro_batch_tokens", "weight_decay", "warmup_steps", "max_grad_norm", "keep_checkpoints", "eval_every"):
         _non_negative(f"trainer.{key}", getattr(tr, key))
     _one_of("trainer.schedule", tr.schedule, SCHEDULES)
     _one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)

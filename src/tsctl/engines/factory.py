@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from typing import Callable, Sequence
 
+import torch
 from transformers import PreTrainedModel
 
 from tsctl.config.errors import ConfigError
@@ -13,13 +14,19 @@ from tsctl.config.schema import EngineConfig
 from tsctl.engines.base import Engine
 
 
-def _build_hf(cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int) -> Engine:
+def _build_hf(
+    cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int,
+    compute_dtype: torch.dtype | None,
+) -> Engine:
     from tsctl.engines.hf import HFEngine
 
-    return HFEngine(model, end_ids, pad_id=pad_id, batch_size=cfg.batch_size)
+    return HFEngine(model, end_ids, pad_id=pad_id, batch_size=cfg.batch_size, compute_dtype=compute_dtype)
 
 
-def _build_vllm(cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int) -> Engine:
+def _build_vllm(
+    cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int,
+    compute_dtype: torch.dtype | None,
+) -> Engine:
     from tsctl.engines.vllm import VLLMEngine
 
     if not _installed("vllm"):
@@ -45,7 +52,8 @@ ENGINES: dict[str, Callable[..., Engine]] = {"hf": _build_hf, "vllm": _build_vll
 
 
 def build_engine(
-    cfg: EngineConfig, model: PreTrainedModel, end_ids: int | Sequence[int], pad_id: int, model_path: str | None = None, seed: int = 0
+    cfg: EngineConfig, model: PreTrainedModel, end_ids: int | Sequence[int], pad_id: int, model_path: str | None = None, seed: int = 0,
+    compute_dtype: torch.dtype | None = None,
 ) -> Engine:
     """Build the engine ``cfg.name`` for ``model``.
 
@@ -57,8 +65,10 @@ def build_engine(
         pad_id: token used for padding (``hf`` only).
         model_path: folder holding the model's ``save_pretrained`` files (needed by ``vllm``).
         seed: the engine's sampling seed (``vllm`` only; ``hf`` reseeds per call from the sampling params).
+        compute_dtype: the ``hf`` engine's autocast dtype (``model.compute_dtype`` resolved); None
+            computes in the parameters' dtype (``vllm`` computes in ``engine.dtype``).
     """
     if cfg.name not in ENGINES:
         raise ValueError(f"unknown engine {cfg.name!r}; valid engines: {', '.join(sorted(ENGINES))}")
     ends = (end_ids,) if isinstance(end_ids, int) else tuple(end_ids)
-    return ENGINES[cfg.name](cfg, model, ends, pad_id, model_path, seed)
+    return ENGINES[cfg.name](cfg, model, ends, pad_id, model_path, seed, compute_dtype)

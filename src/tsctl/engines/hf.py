@@ -22,7 +22,9 @@ A lean decode loop in place of ``model.generate``. Per chunk of requests:
 - besides the sampled tokens' log-probs, the engine reports the entropy at every generated token
   and at every prefix token (at the steps that force it), so the trainer needs no second forward
   for pi_old (``reports_token_stats``); at a forcing step it records the forced token's log-prob
-  (``Completion.prefix_logprobs``: pi_old's, not pi_b's), never the one the sampler drew there.
+  (``Completion.prefix_logprobs``: pi_old's, not pi_b's), never the one the sampler drew there;
+- with a ``compute_dtype`` below the parameters' (bf16 compute over fp32 weights on GPU), every
+  forward runs under ``torch.autocast`` to it, as the trainer's forwards do.
 
 Requests are sorted by prompt to limit padding and chunked to ``batch_size``; results come back in
 request order.
@@ -43,6 +45,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.fused_decode import FusedDecoder
 from tsctl.models.padding import additive_mask, left_pad, prefill_mask
+from tsctl.models.precision import autocast
 
 _CHECK_EVERY = 4
 """Decode steps between looks at how many rows are still running (one host sync each)."""
@@ -245,11 +248,15 @@ class HFEngine:
         end_ids: the token, or the tokens, that end a sample (:func:`tsctl.models.prompts.end_token_ids`).
         pad_id: token used to left-pad prompts (never attended to).
         batch_size: most sequences decoded together.
+        compute_dtype: autocast dtype of the forwards (None or float32: the parameters' own dtype).
     """
 
     reports_token_stats = True
 
-    def __init__(self, model: PreTrainedModel, end_ids: int | Iterable[int], pad_id: int, batch_size: int = 256) -> None:
+    def __init__(
+        self, model: PreTrainedModel, end_ids: int | Iterable[int], pad_id: int, batch_size: int = 256,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         attention = getattr(model.config, "_attn_implementation", "eager")
@@ -262,6 +269,7 @@ class HFEngine:
         self.end_ids: tuple[int, ...] = (end_ids,) if isinstance(end_ids, int) else tuple(sorted(set(end_ids)))
         self.pad_id = pad_id
         self.batch_size = batch_size
+        self.compute_dtype = compute_dtype
         forward_args = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
         self._keep_last = "logits_to_keep" in forward_args
@@ -286,8 +294,9 @@ class HFEngine:
         if self.device.type == "cpu":
             self.model.config._attn_implementation = DECODE_ATTENTION
         try:
-            with torch.inference_mode():
-                decoder = FusedDecoder.for_model(self.model) if self.device.type == "cpu" else None
+            with torch.inference_mode(), autocast(self.device, self.compute_dtype):
+                fused = self.device.type == "cpu" and self.compute_dtype in (None, torch.float32)
+                decoder = FusedDecoder.for_model(self.model) if fused else None
                 for start in range(0, len(order), self.batch_size):
                     chunk = order[start : start + self.batch_size]
                     for i, completion in zip(chunk, self._generate_chunk([rows[i] for i in chunk], params, generator, decoder)):

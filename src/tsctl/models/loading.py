@@ -22,15 +22,16 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` is float32 on CPU (bf16 matmuls are slow there) and bfloat16 on GPU."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """The parameter dtype named by ``model.dtype`` (``float32`` or ``bfloat16``)."""
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
 
 
-def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", key: str = "model.path") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from a local folder or a hub id.
+def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", key: str = "model.path") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from a local folder or a hub id, parameters in ``dtype`` on ``device``.
+
+    Training keeps float32 parameters and computes in a lower precision through autocast
+    (:mod:`tsctl.models.precision`); ``bfloat16`` parameters are for inference only.
 
     ``key`` is the setting that named ``path``, quoted in the error messages.
 
@@ -49,7 +50,7 @@ def load_model(path: str | Path, dtype: str = "auto", device: str = "auto", key:
     dev = resolve_device(device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype, dev))
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype))
     except (OSError, ValueError, SafetensorError) as err:
         if looks_local:
             hint = f"; its files are damaged or incomplete: save or download the model again, or point {key} at another folder"

@@ -10,6 +10,7 @@ from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
+from tsctl.models.precision import model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.truncation import CutContext, choose_cut, find_answer_start
 from tsctl.tasks.base import Problem, Task
@@ -55,7 +56,7 @@ def seed_columns(
     if pi_old.from_engine(cfg, engine, model):
         logprobs, entropies = [c.logprobs for c in completions], [c.entropies for c in completions]
     else:
-        logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, e.temperature or 1.0)
+        logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, cfg)
     marker = formatter.tokenizer.encode(task.answer_marker, add_special_tokens=False) if task.answer_marker else None
     bounds = boundary_ids(formatter)
     rng = np.random.default_rng(sample_seed)
@@ -81,9 +82,10 @@ def seed_columns(
     }
 
 
-def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, temperature: float, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:
-    """Per-sample log-probs and entropies of the generated tokens under ``model``, ``chunk`` rows per forward."""
-    batch = pack(samples, torch.zeros(len(samples)), pad_id)
-    lp, ent = pi_old.recompute(model, batch, temperature, micro_batch_size=chunk)
+def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, cfg: TsctlConfig, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:
+    """Per-sample log-probs and entropies of the generated tokens under ``model`` (the trainer's forward
+    settings), at most ``chunk`` rows per forward."""
+    batch = pack(samples, torch.zeros(len(samples)), pad_id, model_device(model))
+    lp, ent = pi_old.recompute_for(cfg, model, batch, micro_batch_size=chunk)
     lengths = [len(s.generated_ids) for s in samples]
     return [row[:n] for row, n in zip(lp.tolist(), lengths)], [row[:n] for row, n in zip(ent.tolist(), lengths)]
