@@ -78,7 +78,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = build_model()
-    engine = HFEngine(model, eos_id=-1, pad_id=PAD, batch_size=SAMPLES)
+    engine = HFEngine(model, end_ids=-1, pad_id=PAD, batch_size=SAMPLES)
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params, "
           f"{SAMPLES} sequences x {NEW_TOKENS} new tokens, {args.threads} threads, {args.repeats} repeats")
     for groups in (SAMPLES // 8, SAMPLES):

@@ -333,7 +333,7 @@ def bench_generation(s: Settings, model_dir: Path, problems: list[Problem], repe
     model, tokenizer = load_without_eos(model_dir)
     model.eval()
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
-    engine = HFEngine(model, eos_id=formatter.eos_id, pad_id=formatter.pad_id, batch_size=s.samples)
+    engine = HFEngine(model, end_ids=formatter.end_ids, pad_id=formatter.pad_id, batch_size=s.samples)
     prompts = generation_batch(s, tokenizer, problems)
     sides = {
         "engine": lambda r: time_engine(engine, prompts, s, seed=r),

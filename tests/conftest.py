@@ -28,17 +28,22 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("model-cache")
 
 
-@pytest.fixture
-def micro(tmp_path: Path, model_cache: Path) -> list[str]:
-    """Overrides for a seconds-long run of any command in ``tmp_path``."""
+def micro_args(runs_dir: Path, model_cache: Path) -> list[str]:
+    """Overrides for a seconds-long run of any command writing into ``runs_dir``."""
     return [
-        f"runs_dir={tmp_path / 'runs'}",
+        f"runs_dir={runs_dir}",
         f"model.cache_dir={model_cache}",
         "model=micro",
         "trainer=micro",
         *MICRO_TASK,
         "engine.max_new_tokens=24",
     ]
+
+
+@pytest.fixture
+def micro(tmp_path: Path, model_cache: Path) -> list[str]:
+    """Overrides for a seconds-long run of any command in ``tmp_path``."""
+    return micro_args(tmp_path / "runs", model_cache)
 
 
 def tsctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -264,10 +264,10 @@ def test_inverse_cdf_sampling_follows_the_probabilities():
 
 
 def test_factory_builds_hf_and_rejects_unknown_names(model):
-    engine = build_engine(EngineConfig(name="hf", batch_size=7), model, eos_id=EOS, pad_id=PAD)
+    engine = build_engine(EngineConfig(name="hf", batch_size=7), model, end_ids=EOS, pad_id=PAD)
     assert isinstance(engine, HFEngine) and engine.batch_size == 7
     with pytest.raises(ValueError, match="valid engines: hf, vllm"):
-        build_engine(EngineConfig(name="sglang"), model, eos_id=EOS, pad_id=PAD)
+        build_engine(EngineConfig(name="sglang"), model, end_ids=EOS, pad_id=PAD)
 
 
 def test_eager_attention_samples_like_sdpa_and_other_kernels_are_refused(model):

@@ -1,85 +1,54 @@
-"""The vllm engine against fake vLLM objects (vLLM itself needs a GPU and is not installed here)."""
+"""The vllm engine against a fake vLLM that enforces vLLM 0.33-0.34's documented contract (tests/fakes/vllm.py).
+
+vLLM needs a GPU and is not installed here; what runs is everything around it: the LLM arguments,
+the requests and sampling parameters, the stop tokens, the sleep/wake states.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-import types
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tsctl.config.schema import EngineConfig
+from fakes import vllm as fake_vllm
+from fakes.qwen import save_qwen_folder
+from tsctl.config.compose import compose_config
+from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.factory import build_engine
-from tsctl.engines.vllm import (
-    VLLMEngine,
-    WeightLoaderExtension,
-    build_prompts,
-    build_sampling_params,
-    to_completion,
-)
+from tsctl.engines.hf import HFEngine
+from tsctl.engines.vllm import VLLMEngine, build_prompts, build_sampling_params, to_completion
+from tsctl.models.prompts import PromptFormatter
+
+EOT, IM_START, IM_END = 256, 257, 258
 
 
-@dataclass
-class FakeLogprob:
-    logprob: float
-    rank: int = 1
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A tiny Qwen2 model folder with a Qwen-style chat tokenizer (EOS <|endoftext|>, turns end with <|im_end|>)."""
+    return save_qwen_folder(tmp_path_factory.mktemp("qwen"))
 
 
-@dataclass
-class FakeSample:
-    token_ids: tuple[int, ...]
-    logprobs: list[dict[int, FakeLogprob]] | None
-    finish_reason: str
+@pytest.fixture(scope="module")
+def policy(folder):
+    """The folder loaded as the trainer loads it: fp32 model and a chat formatter."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    return model, PromptFormatter(AutoTokenizer.from_pretrained(folder), True, model.generation_config)
 
 
-@dataclass
-class FakeOutput:
-    outputs: list[FakeSample]
-
-
-class FakeSamplingParams:
-    def __init__(self, **kwargs: Any) -> None:
-        self.__dict__.update(kwargs)
-
-
-@dataclass
-class FakeLLM:
-    """Echoes each prompt's last token twice, then EOS (2) when the prompt is long, else stops at the length."""
-
-    kwargs: dict[str, Any]
-    rpc_calls: list[tuple[str, tuple]] = field(default_factory=list)
-
-    def generate(self, prompts, sampling_params, use_tqdm=True):
-        assert len(prompts) == len(sampling_params) and not use_tqdm
-        outputs = []
-        for prompt in prompts:
-            last = prompt["prompt_token_ids"][-1]
-            tokens = (last, last, 2) if len(prompt["prompt_token_ids"]) > 3 else (last, last)
-            steps = [{t: FakeLogprob(-0.5 * (i + 1)), 99: FakeLogprob(-9.0)} for i, t in enumerate(tokens)]
-            outputs.append(FakeOutput([FakeSample(tokens, steps, "stop" if tokens[-1] == 2 else "length")]))
-        return outputs
-
-    def collective_rpc(self, method, args=()):
-        self.rpc_calls.append((method, args))
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch) -> types.ModuleType:
-    module = types.ModuleType("vllm")
-    module.SamplingParams = FakeSamplingParams
-    module.LLM = lambda **kwargs: FakeLLM(kwargs)
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    return module
+def vllm_engine(monkeypatch, folder, model, formatter, *overrides: str, script=None) -> VLLMEngine:
+    fake_vllm.install(monkeypatch, script or fake_vllm.end_after(lambda prompt: 3, end=IM_END))
+    cfg = compose_config(["engine=vllm", "seed=7", *overrides]).cfg
+    return build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, str(folder), seed=cfg.seed)
 
 
 def test_missing_vllm_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(ImportError, match=r"pip install 'tsctl\[gpu\]'"):
-        VLLMEngine("some/folder", eos_id=2)
+        VLLMEngine("some/folder", (2,), max_model_len=64)
 
 
 def test_prompts_are_prompt_then_prefix_ids():
@@ -87,60 +56,112 @@ def test_prompts_are_prompt_then_prefix_ids():
     assert build_prompts(requests) == [{"prompt_token_ids": [1, 2, 3, 4]}, {"prompt_token_ids": [5]}]
 
 
-def test_sampling_params_carry_ours_with_one_seed_per_request():
+def test_sampling_params_stop_at_every_end_token_with_no_seed_of_their_own():
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=12, seed=3)
     requests = [Request((1,)), Request((1,), (4, 5), max_new_tokens=5), Request((1,), max_new_tokens=40), Request((3,))]
-    built = build_sampling_params(FakeSamplingParams, params, eos_id=2, requests=requests)
-    first = built[0].__dict__
-    assert first["n"] == 1 and first["temperature"] == 0.7 and first["top_p"] == 0.9
-    assert first["max_tokens"] == 12 and first["logprobs"] == 0
-    assert first["ignore_eos"] and first["stop_token_ids"] == [2] and not first["detokenize"]
+    built = build_sampling_params(fake_vllm.SamplingParams, params, (IM_END, EOT, IM_END), requests)
+    first = built[0]
+    assert (first.n, first.temperature, first.top_p, first.max_tokens, first.logprobs) == (1, 0.7, 0.9, 12, 0)
+    assert first.stop_token_ids == [EOT, IM_END] and first.ignore_eos is False and first.detokenize is False
+    assert "seed" not in first.given  # one engine seed: a per-request seed makes vLLM sample row by row
     assert [p.max_tokens for p in built] == [12, 5, 12, 12]  # a request's own limit, capped by the params'
-    seeds = [p.seed for p in built]
-    assert len(set(seeds)) == 4
-    assert seeds == [p.seed for p in build_sampling_params(FakeSamplingParams, params, 2, requests)]
-    assert seeds != [p.seed for p in build_sampling_params(FakeSamplingParams, SamplingParams(seed=4), 2, requests)]
+    assert built[0] is built[2] is built[3]  # one object per distinct limit
+    greedy = build_sampling_params(fake_vllm.SamplingParams, SamplingParams(temperature=0, max_new_tokens=4), (EOT,), requests[:1])[0]
+    assert greedy.temperature == 0.0 and isinstance(greedy.temperature, float)
 
 
 def test_outputs_become_completions():
-    steps = [{7: FakeLogprob(-0.25)}, {2: FakeLogprob(-1.5), 5: FakeLogprob(-0.1)}]
-    stopped = to_completion(FakeOutput([FakeSample((7, 2), steps, "stop")]))
-    assert stopped == Completion(token_ids=[7, 2], logprobs=[-0.25, -1.5], finished=True)
-    cut = to_completion(FakeOutput([FakeSample((7,), steps[:1], "length")]))
+    steps = [{7: fake_vllm.Logprob(-0.25)}, {IM_END: fake_vllm.Logprob(-1.5), 5: fake_vllm.Logprob(-0.1)}]
+    def output(tokens, logprobs, reason):
+        return fake_vllm.RequestOutput("0", [1], [fake_vllm.CompletionOutput(0, "", list(tokens), None, logprobs, reason)])
+    stopped = to_completion(output((7, IM_END), steps, "stop"), (EOT, IM_END))
+    assert stopped == Completion(token_ids=[7, IM_END], logprobs=[-0.25, -1.5], finished=True)
+    cut = to_completion(output((7,), steps[:1], "length"), (EOT, IM_END))
     assert cut == Completion(token_ids=[7], logprobs=[-0.25], finished=False)
     with pytest.raises(ValueError, match="logprobs=0"):
-        to_completion(FakeOutput([FakeSample((7,), None, "length")]))
+        to_completion(output((7,), None, "length"), (EOT,))
+    with pytest.raises(ValueError, match="not an end token"):
+        to_completion(output((7,), steps[:1], "stop"), (EOT, IM_END))
 
 
-def test_engine_wires_vllm_calls(fake_vllm):
-    engine = VLLMEngine("some/folder", eos_id=2, dtype="bfloat16", gpu_memory_utilization=0.3)
-    assert engine.llm.kwargs["model"] == "some/folder"
-    assert engine.llm.kwargs["logprobs_mode"] == "processed_logprobs"
-    assert engine.llm.kwargs["worker_extension_cls"] == "tsctl.engines.vllm.WeightLoaderExtension"
-    completions = engine.generate([Request([1, 2, 3], (4,)), Request([8])], SamplingParams())
-    assert completions == [
-        Completion([4, 4, 2], [-0.5, -1.0, -1.5], True),
-        Completion([8, 8], [-0.5, -1.0], False),
-    ]
-    weights = {"lm_head.weight": torch.ones(2, 2)}
-    engine.load_weights(weights)
-    assert engine.llm.rpc_calls == [("tsctl_load_weights", (list(weights.items()),))]
-
-
-def test_worker_extension_loads_into_the_worker_model():
-    loaded = []
-    worker = WeightLoaderExtension()
-    model = types.SimpleNamespace(load_weights=lambda weights: loaded.extend(weights))
-    worker.model_runner = types.SimpleNamespace(model=model)
-    worker.tsctl_load_weights([("w", torch.zeros(1))])
-    assert [name for name, _ in loaded] == ["w"]
-
-
-def test_factory_builds_vllm_from_a_folder(fake_vllm):
-    model = types.SimpleNamespace(dtype=torch.bfloat16)
-    cfg = EngineConfig(name="vllm", gpu_memory_utilization=0.4, tensor_parallel_size=1)
-    engine = build_engine(cfg, model, eos_id=2, pad_id=0, model_path="ckpt")
-    assert isinstance(engine, VLLMEngine)
-    assert engine.llm.kwargs["dtype"] == "bfloat16" and engine.llm.kwargs["gpu_memory_utilization"] == 0.4
+def test_llm_gets_the_configured_engine(monkeypatch, folder, policy):
+    model, formatter = policy
+    engine = vllm_engine(
+        monkeypatch, folder, model, formatter, "engine.gpu_memory_utilization=0.3", "engine.max_model_len=200", "engine.batch_size=96"
+    )
+    kwargs = engine.llm.kwargs
+    assert kwargs["model"] == str(folder) and kwargs["seed"] == 7
+    assert kwargs["dtype"] == "bfloat16" and next(model.parameters()).dtype == torch.float32  # not the trainer's dtype
+    assert (kwargs["gpu_memory_utilization"], kwargs["max_model_len"], kwargs["max_num_seqs"]) == (0.3, 200, 96)
+    assert kwargs["enable_sleep_mode"] is True and kwargs["tensor_parallel_size"] == 1 and kwargs["enable_prefix_caching"]
+    assert kwargs["logprobs_mode"] == "processed_logprobs"
+    assert kwargs["worker_extension_cls"] == "tsctl.engines.vllm_weights.WeightLoaderExtension"
+    assert hasattr(engine.llm.workers[0], "tsctl_load_weights")  # the extension resolved and mixed in
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # deterministic scheduling, in-process worker
+    default = vllm_engine(monkeypatch, folder, model, formatter)
+    assert default.llm.kwargs["max_model_len"] == model.config.max_position_embeddings == 256
+    assert default.llm.kwargs["max_num_seqs"] == 1024  # conf/engine/vllm.yaml's batch_size
     with pytest.raises(ValueError, match="model_path"):
-        build_engine(cfg, model, eos_id=2, pad_id=0)
+        build_engine(compose_config(["engine=vllm"]).cfg.engine, model, formatter.end_ids, formatter.pad_id)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("engine.dtype=float64", "engine.dtype"),
+    ("engine.max_model_len=48", "engine.max_model_len"),
+    ("engine.tensor_parallel_size=0", "engine.tensor_parallel_size"),
+])
+def test_bad_engine_settings_are_refused(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        compose_config(["engine=vllm", "engine.max_new_tokens=48", override])
+
+
+def test_qwen_chat_samples_stop_at_im_end_and_at_eos_like_the_hf_engine(monkeypatch, folder, policy):
+    model, formatter = policy
+    assert formatter.end_ids == (EOT, IM_END)  # the generation config knows <|endoftext|> only
+    prompt = formatter.prompt_ids("1+1?")
+    params = SamplingParams(temperature=1.0, max_new_tokens=10)
+    at_turn_end = vllm_engine(monkeypatch, folder, model, formatter, script=fake_vllm.end_after(lambda p: 2, end=IM_END))
+    assert at_turn_end.generate([Request(prompt)], params) == [Completion([65, 66, IM_END], [-0.25, -0.5, -0.75], True)]
+    at_eos = vllm_engine(monkeypatch, folder, model, formatter, script=fake_vllm.end_after(lambda p: 1, end=EOT))
+    assert at_eos.generate([Request(prompt)], params)[0].token_ids == [65, EOT]
+    never = vllm_engine(monkeypatch, folder, model, formatter, script=fake_vllm.end_after(lambda p: 50, end=IM_END))
+    cut = never.generate([Request(prompt, (70, 71), max_new_tokens=4)], params)[0]
+    assert cut.token_ids == [65, 66, 67, 68] and not cut.finished
+    hf = build_engine(compose_config([]).cfg.engine, model, formatter.end_ids, formatter.pad_id)
+    assert isinstance(hf, HFEngine) and hf.end_ids == at_turn_end.end_ids == (EOT, IM_END)
+
+
+def test_a_request_longer_than_max_model_len_is_refused(monkeypatch, folder, policy):
+    model, formatter = policy
+    engine = vllm_engine(monkeypatch, folder, model, formatter, "engine.max_model_len=60", "engine.max_new_tokens=24")
+    fits = Request(list(range(30)), (1, 2, 3), max_new_tokens=24)
+    assert len(engine.generate([fits], SamplingParams(max_new_tokens=24))) == 1
+    with pytest.raises(ValueError, match="engine.max_model_len"):
+        engine.generate([fits, Request(list(range(40)))], SamplingParams(max_new_tokens=24))
+
+
+def test_sleep_discards_and_only_a_load_then_wake_up_brings_it_back(monkeypatch, folder, policy):
+    model, formatter = policy
+    engine = vllm_engine(monkeypatch, folder, model, formatter)
+    request, params = [Request(formatter.prompt_ids("2+2?"))], SamplingParams(max_new_tokens=8)
+    engine.sleep()
+    with pytest.raises(RuntimeError, match="load_weights"):
+        engine.generate(request, params)
+    with pytest.raises(RuntimeError, match="load_weights"):
+        engine.wake_up()
+    engine.load_weights(model.state_dict())
+    engine.wake_up()
+    assert engine.generate(request, params)[0].finished
+    events = [e[0] for e in engine.llm.events if e[0] != "rpc"]
+    assert events == ["sleep", "wake_up", "load_weights", "reset_prefix_cache", "wake_up", "generate"]
+    assert [e for e in engine.llm.events if e[0] in ("sleep", "wake_up")] == [("sleep", 2), ("wake_up", ("weights",)), ("wake_up", ("kv_cache",))]
+
+
+def test_without_sleep_mode_sleep_is_a_no_op_and_loads_still_reset_the_prefix_cache(monkeypatch, folder, policy):
+    model, formatter = policy
+    engine = vllm_engine(monkeypatch, folder, model, formatter, "engine.enable_sleep_mode=false")
+    engine.sleep()
+    engine.load_weights(model.state_dict())
+    engine.wake_up()
+    assert [e[0] for e in engine.llm.events if e[0] != "rpc"] == ["load_weights", "reset_prefix_cache"]
+    assert engine.generate([Request([1, 2])], SamplingParams(max_new_tokens=8))[0].finished

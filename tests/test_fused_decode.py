@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 
 import pytest
 import torch
@@ -49,13 +50,14 @@ def test_a_fused_step_equals_the_models_forward(name):
     ids, real = left_pad(prompts, PAD, torch.device("cpu"))
     positions = (real.cumsum(1) - 1).clamp_min(0)
     caches = [Cache(layer_class_to_replicate=functools.partial(_PreallocatedLayer, 10)) for _ in range(2)]
+    arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # older transformers name it past_key_values
     with torch.no_grad():
         for cache in caches:
-            model(input_ids=ids, attention_mask=prefill_mask(real, torch.float32), position_ids=positions, cache=cache)
+            model(input_ids=ids, attention_mask=prefill_mask(real, torch.float32), position_ids=positions, **{arg: cache})
         token, position = torch.tensor([3, 8, 21]), real.sum(1, keepdim=True)
         allowed = torch.cat([real, real.new_ones(3, 1)], dim=1)[:, None, None, :]
         mask = torch.zeros(allowed.shape).masked_fill_(~allowed, torch.finfo(torch.float32).min)
-        expected = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, cache=caches[0]).logits[:, -1]
+        expected = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, **{arg: caches[0]}).logits[:, -1]
         fused = decoder.step(token, mask, position, caches[1])
     torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-5)
     for mine, theirs in zip(caches[1].layers, caches[0].layers):

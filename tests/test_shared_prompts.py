@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from tsctl.models.logits import logits_head
 from tsctl.trainer.batch import forward_tokens, pack, response_logprobs
 from tsctl.trainer.pi_old import recompute
 from tsctl.trainer.samples import Sample
@@ -67,6 +68,7 @@ def test_shared_prompts_give_the_same_logprobs_entropies_and_gradients(attention
 
 def test_each_distinct_prompt_but_its_last_token_runs_once(monkeypatch):
     model = tiny_model()
+    logits_head(model)  # the one-time check of the LM head runs its own probe forward first
     shapes: list[tuple[int, int]] = []
     model.get_decoder().register_forward_pre_hook(lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
     batch = batch_of(BATCH)

@@ -203,7 +203,7 @@ def point_config(node: DictConfig, folder: Path) -> Composed:
     node = node.copy()
     node.experiment = f"{node.experiment}/{folder.parent.name}"
     node.name = folder.name
-    node.resume = True
+    node.resume = (folder / "config.yaml").is_file()  # a new point starts; resume=true of nothing is an error
     cfg = OmegaConf.to_object(node)
     assert isinstance(cfg, TsctlConfig)
     return Composed(node=node, cfg=validate(cfg))
@@ -263,6 +263,7 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
     from tsctl.engines.base import SamplingParams
     from tsctl.engines.factory import build_engine
     from tsctl.models.loading import load_model
+    from tsctl.models.precision import compute_dtype
     from tsctl.models.prompts import PromptFormatter
     from tsctl.scoring import sample_and_score
     from tsctl.tasks.registry import build_task
@@ -273,9 +274,9 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
         raise RunError(f"{run.path} has no checkpoint to evaluate")
     step, path = found
     model, tokenizer = load_model(path, cfg.model.dtype, cfg.model.device)
-    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     task = build_task(cfg.task)
-    engine = build_engine(cfg.engine, model.eval(), formatter.eos_id, formatter.pad_id, str(path))
+    engine = build_engine(cfg.engine, model.eval(), formatter.end_ids, formatter.pad_id, str(path), seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
     heldout = list(task.problems("heldout"))
     e, tr = cfg.engine, cfg.trainer
     greedy_problems = heldout[: cfg.eval.limit or tr.eval_problems]

@@ -7,6 +7,7 @@ from typing import Callable, Optional
 
 import typer
 from omegaconf import OmegaConf
+from rich.markup import escape
 
 from tsctl.config.compose import Composed, compose_config
 from tsctl.config.errors import ConfigError
@@ -21,12 +22,14 @@ behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
 [cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] (countdown|arithmetic|file),
-[cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
+[cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
 clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
 selector=latest|oldest|uniform|max_entropy|bandit, pool_size, source=self|model|traces, source_path, trace_logprobs),
 [cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
 [cyan]shards[/cyan] (seed/rollout: checkpoint, step, data_step, steps, out_dir, overwrite), [cyan]logger[/cyan] (console|wandb).
+
+[bold]Presets[/bold] set a whole paper-like run: [cyan]+preset=qwen2.5-math-1.5b[/cyan] or [cyan]+preset=qwen2.5-math-7b[/cyan] (conf/preset/).
 
 Print the resolved config with [cyan]--cfg job[/cyan]; every key is documented in src/tsctl/config/schema.py.
 """
@@ -45,14 +48,39 @@ CfgFlag = typer.Option(None, "--cfg", help="Print the resolved config ('job') an
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that are a user's mistake: printed as one line, never as a traceback."""
+    """Exceptions that are a user's mistake (or the machine's: a full disk): printed as one line, never as a traceback."""
+    from tsctl.atomic import WriteError
     from tsctl.models.loading import ModelLoadError
     from tsctl.runs import RunError
     from tsctl.seeds.shards import ShardError
     from tsctl.tasks.records import DataError
     from tsctl.trainer.nonfinite import NonFiniteError
 
-    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, NonFiniteError, FileNotFoundError)
+    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, NonFiniteError, WriteError, FileNotFoundError)
+
+
+def _fail(err: BaseException) -> typer.Exit:
+    """Print ``err`` as the one ``error:`` line; the exit code 2 to raise."""
+    console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _guarded(action: Callable[[], object]) -> None:
+    """Run ``action``; user errors, and a write that failed for a full disk or a read-only place, exit 2 with one line."""
+    from tsctl.atomic import write_error, write_problem
+
+    try:
+        action()
+    except _user_errors() as err:
+        raise _fail(err) from None
+    except OSError as err:
+        code = write_problem(err)
+        if code is None:
+            raise
+        raise _fail(write_error(code, err.filename or "the output folder")) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]; resume with the same command and resume=true")
+        raise typer.Exit(130) from None
 
 
 def quote_baseline(overrides: list[str]) -> list[str]:
@@ -66,7 +94,8 @@ def quote_baseline(overrides: list[str]) -> list[str]:
 
 def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object]) -> None:
     """Compose the config, print it if asked, else run ``stage``; user errors exit 2 with one line."""
-    try:
+
+    def action() -> None:
         composed = compose_config(quote_baseline(overrides or []))
         if cfg_flag:
             if cfg_flag != "job":
@@ -74,12 +103,8 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
             typer.echo(OmegaConf.to_yaml(composed.node))
             return
         stage(composed)
-    except _user_errors() as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]; resume with the same command and resume=true")
-        raise typer.Exit(130) from None
+
+    _guarded(action)
 
 
 @app.command(epilog=KNOBS)
@@ -187,6 +212,5 @@ def report(
 
     other = [o for o in overrides or [] if not o.lstrip("+~").startswith("report.")]
     if other:
-        console.print(f"[red]error:[/red] tsctl report takes only report.* overrides (got {' '.join(other)}); e.g. report.baseline=ratio=0", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise _fail(ConfigError("overrides", f"tsctl report takes only report.* overrides (got {' '.join(other)}); e.g. report.baseline=ratio=0"))
     _run(overrides, None, stage)

@@ -36,6 +36,7 @@ from tsctl.evaluation.scores import score_suite
 from tsctl.evaluation.suites import Suite, load_suites
 from tsctl.evaluation.targets import Target, resolve_targets
 from tsctl.models.loading import load_model
+from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
 from tsctl.progress import console, make_progress
 from tsctl.runs import RunError
@@ -102,12 +103,12 @@ def policies(targets: Sequence[Target], cfg: TsctlConfig) -> Iterator[tuple[Targ
     policy: Policy | None = None
     for target in targets:
         if policy is None:
-            model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device)
-            formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
-            engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id, target.path)
+            model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device, key=target.key)
+            formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
+            engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, target.path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
             policy = Policy(model.eval(), engine, formatter)
         else:
-            policy.model.load_state_dict(load_model(target.path, cfg.model.dtype, cfg.model.device)[0].state_dict())
+            policy.model.load_state_dict(load_model(target.path, cfg.model.dtype, cfg.model.device, key=target.key)[0].state_dict())
             policy.engine.load_weights(policy.model.state_dict())
         yield target, policy
 

@@ -17,6 +17,7 @@ from tsctl.engines.base import SamplingParams
 from tsctl.engines.factory import build_engine
 from tsctl.evaluation.targets import resolve_model
 from tsctl.models.loading import load_model
+from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
 from tsctl.progress import console
 from tsctl.seeds.bank import SEED_SAMPLING
@@ -40,8 +41,8 @@ def shard_dir(cfg: TsctlConfig) -> Path:
 def _policy(cfg: TsctlConfig):
     """The model named by ``shards.checkpoint``/``shards.step``: (model, formatter, target)."""
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards")
-    model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device)
-    return model.eval(), PromptFormatter(tokenizer, cfg.model.use_chat_template), target
+    model, tokenizer = load_model(target.path, cfg.model.dtype, cfg.model.device, key=target.key)
+    return model.eval(), PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config), target
 
 
 def seed(composed: Composed) -> Path:
@@ -62,7 +63,7 @@ def seed(composed: Composed) -> Path:
     sh, bs = cfg.shards, cfg.trainer.batch_size
     steps = range(sh.data_step, sh.data_step + sh.steps)
     indices = [i for s in steps for i in step_prompts(cfg.seed, s, bs, len(problems))]
-    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id, target.path)
+    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, target.path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
     columns = seed_columns(
         model, engine, formatter, task, [problems[i] for i in indices], k, cfg,
         checkpoint=target.path, checkpoint_step=target.step or 0,
@@ -93,7 +94,7 @@ def rollout(composed: Composed) -> Path:
     if missing:
         raise ConfigError("task", f"{folder / SEEDS_FILE} holds prompts {missing[:3]} that the configured task does not have; use the task config the seeds were made with")
     model, formatter, target = _policy(cfg)
-    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id, target.path)
+    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, target.path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
     e = cfg.engine
     params = SamplingParams(e.temperature, e.top_p, e.max_new_tokens, step_seed(cfg.seed, cfg.shards.data_step, SAMPLE_SEED))
     groups = [seeds[g * k : (g + 1) * k] for g in range(len(prompt_ids))]

@@ -20,10 +20,14 @@ What one step does, top to bottom:
 5. **Old log-probs.** pi_old's log-probs as the ``hf`` engine reported them while sampling, or
    one no-grad forward over the batch (``trainer.old_logprobs``, see ``trainer/pi_old.py``); the
    ratio of a prefix token is taken against its stored pi_b log-prob (its weight bounded by a dual
-   clip, ``algo.prefix_clip_c``), of every other token against pi_old.
+   clip, ``algo.prefix_clip_c``), of every other token against pi_old. When pi_old is recomputed,
+   its gap to the engine's log-probs is logged (``logprob_gap/*``).
 6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
    token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
    Rows that share a prompt share one forward of it (``trainer.share_prompts``, same gradients).
+   Parameters and AdamW stay float32; forwards compute in ``model.compute_dtype`` (bf16 on CUDA).
+   An engine with its own copy of the weights (vLLM) sleeps through steps 5-6, then gets the new
+   weights and wakes up.
 7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
    ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
    ``save_every`` steps, from which ``resume=true`` continues exactly. A NaN/Inf loss, gradient or
@@ -36,29 +40,33 @@ default), no KL term by default. Dropped: value model, reward model (rewards are
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tsctl.config.compose import Composed
+from tsctl import faults
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import SamplingParams
 from tsctl.engines.factory import build_engine
 from tsctl.models.builtin import ensure_builtin
 from tsctl.models.loading import load_model
+from tsctl.models.logits import logits_head
+from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
 from tsctl.models.prompts import PromptFormatter
 from tsctl.progress import console, make_progress
-from tsctl.runs import RunDir, open_run
 from tsctl.seeds.bank import SeedBank
-from tsctl.sinks import MetricsSink
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
-from tsctl.trainer.batch import pack
+from tsctl.trainer.batch import enable_activation_checkpointing, pack
 from tsctl.trainer.checkpoint import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
 from tsctl.trainer.heldout import heldout_metrics
 from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
+from tsctl.trainer.reference import load_reference, reference_logprobs
 from tsctl.seeds.shards import write_shard
 from tsctl.seeds.unknown_logprobs import ratio_inputs
 from tsctl.trainer.rollout import collect_groups
@@ -68,6 +76,10 @@ from tsctl.trainer.samples import PREFIX, Sample
 from tsctl.trainer.schedule import extra_prompts, step_prompts, step_seed
 from tsctl.trainer.step_metrics import rollout_metrics
 from tsctl.trainer.update import policy_update
+
+if TYPE_CHECKING:
+    from tsctl.config.compose import Composed
+    from tsctl.runs import RunDir
 
 SAMPLE_SEED, SHUFFLE_SEED = 1, 2
 
@@ -92,22 +104,55 @@ def lr_lambda(cfg: TsctlConfig):
     return factor
 
 
-def train(composed: Composed) -> RunDir:
-    """Run (or resume) the RL loop described in the module docstring; returns the run folder."""
-    cfg = composed.cfg
-    run = open_run(cfg, composed.node, "train")
+def load_policy(cfg: TsctlConfig, path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The policy to train from ``path``: fp32 parameters on ``model.device``, its LM head checked
+    (:func:`~tsctl.models.logits.logits_head`), activation checkpointing on when configured."""
+    require_fp32_master(cfg.model.dtype)
+    model, tokenizer = load_model(path, cfg.model.dtype, cfg.model.device)
+    logits_head(model)  # refuses a model whose logits post-processing the trainer would not reproduce
+    if cfg.trainer.gradient_checkpointing:
+        enable_activation_checkpointing(model)
+    return model, tokenizer
+
+
+def make_optimizer(cfg: TsctlConfig, model: PreTrainedModel) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW over the (float32) parameters and its learning-rate schedule (:func:`lr_lambda`)."""
     tr = cfg.trainer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+
+
+def train(composed: Composed) -> RunDir:
+    """Run (or resume) the RL loop described in the module docstring; returns the run folder.
+
+    The model, data and engine are loaded before the run folder is created (a failed start leaves
+    none); the folder is then held locked until the run ends (see :func:`tsctl.runs.open_run`).
+    """
+    # Run folders and metric sinks need OmegaConf; train_step and the rest of this module do not
+    # (bench/gpu_check.py drives train_step on images without Hydra or OmegaConf).
+    from tsctl.runs import locate_run, open_run
+    from tsctl.sinks import MetricsSink
+
+    cfg = composed.cfg
+    require_fp32_master(cfg.model.dtype)
+    tr = cfg.trainer
+    located = locate_run(cfg, composed.node, "train")
+    resume_from = latest_checkpoint(located.checkpoints)
     base = base_model_path(cfg)
-    resume_from = latest_checkpoint(run.checkpoints)
-    model, tokenizer = load_model(resume_from[1] if resume_from else base, cfg.model.dtype, cfg.model.device)
-    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
+    model, tokenizer = load_policy(cfg, str(resume_from[1] if resume_from else base))
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     task = build_task(cfg.task)
     problems = list(task.problems("train"))
-    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id, str(resume_from[1] if resume_from else base))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, betas=(0.9, 0.999))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    ref_model = load_model(base, cfg.model.dtype, cfg.model.device)[0].eval() if cfg.algo.kl_coef > 0 else None
-    seeds = SeedBank(run.path / "seeds", cfg, formatter, task, problems) if cfg.ratio > 0 else None
+    engine = build_engine(
+        cfg.engine, model, formatter.end_ids, formatter.pad_id, str(resume_from[1] if resume_from else base),
+        seed=cfg.seed, compute_dtype=compute_dtype(cfg, model),
+    )
+    optimizer, scheduler = make_optimizer(cfg, model)
+    ref_model = load_reference(cfg, base)
+    seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if cfg.ratio > 0 else None
+    if seeds is not None and resume_from:
+        seeds.check_resume(resume_from[0])
+    run = open_run(cfg, composed.node, "train")
     if seeds is not None and cfg.algo.dynamic_sampling:
         console.print(
             "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
@@ -148,18 +193,23 @@ def train(composed: Composed) -> RunDir:
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
                     record.update(heldout_metrics(engine, formatter, task, cfg, done))
                 sink.log(record)
-                if done % tr.save_every == 0 or done == tr.steps:
+                faults.hit("step-logged")
+                # A window's first step is checkpointed too: its seeds can be written again from it.
+                if done % tr.save_every == 0 or done == tr.steps or (seeds is not None and seeds.opens_window(done)):
                     state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state(), "nonfinite_skips": guard.skips}
                     save_checkpoint(run.checkpoints, done, model, tokenizer, state)
-                    prune_checkpoints(run.checkpoints, tr.keep_checkpoints)
+                    prune_checkpoints(run.checkpoints, tr.keep_checkpoints, protect=seeds.keep(done) if seeds is not None else set())
                 progress.update(bar, advance=1, status=_status(record))
     except BaseException as err:
         details = err.manifest_fields() if isinstance(err, NonFiniteError) else {}
-        run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
+        with contextlib.suppress(OSError):  # a full disk may refuse the manifest too
+            run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
+        run.close()
         raise
     finally:
         sink.close()
     run.set_status("completed", finished_step=tr.steps)
+    run.close()
     return run
 
 
@@ -186,27 +236,27 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
 
     advantages = sample_advantages(samples, cfg)
     attribution = seeds.observe(step, samples, advantages) if seeds is not None else {}
-    batch = pack(samples, advantages, formatter.pad_id)
+    batch = pack(samples, advantages, formatter.pad_id, model_device(model))
     if rollouts_dir is not None:
         rollouts_dir.mkdir(parents=True, exist_ok=True)
         write_shard(rollouts_dir / f"step-{step + 1:06d}.parquet", "rollout", rollout_columns(samples, advantages, step), overwrite=True)
 
+    engine.sleep()  # rollouts are done: an engine with its own GPU memory frees it for the update
     t1 = time.perf_counter()
-    temperature = e.temperature or 1.0
+    gap: dict[str, float] = {}
     engine_old = pi_old.from_engine(cfg, engine, model)
     if engine_old:
         old, entropy = pi_old.engine_stats(samples, batch)
     else:
-        old, entropy = pi_old.recompute(model, batch, temperature, tr.micro_batch_size, share_prompts=tr.share_prompts)
-    ref = None
-    if ref_model is not None:
-        ref = pi_old.recompute(ref_model, batch, temperature, tr.micro_batch_size, entropy=False, share_prompts=tr.share_prompts)[0]
+        old, entropy = pi_old.recompute_for(cfg, model, batch)
+        gap = pi_old.logprob_gap(pi_old.engine_logprobs(samples, batch), old, batch)
+    ref = reference_logprobs(ref_model, batch, cfg) if ref_model is not None else None
     timings["time/old_logprobs"] = time.perf_counter() - t1
     loss_mask = batch.resp_mask.clone()
     if not cfg.seeds.train_prefix:
         loss_mask &= batch.source != PREFIX
     if al.overlong == "mask":
-        loss_mask &= torch.tensor([s.finished for s in samples]).unsqueeze(1)
+        loss_mask &= torch.tensor([s.finished for s in samples], device=batch.device).unsqueeze(1)
 
     t2 = time.perf_counter()
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step, SHUFFLE_SEED))
@@ -214,12 +264,14 @@ def train_step(step, cfg, model, engine, formatter, task, problems, optimizer, s
     update = policy_update(model, optimizer, scheduler, batch, denominators, loss_mask, cfg, generator, ref, guard)
     timings["time/update"] = time.perf_counter() - t2
     engine.load_weights(model.state_dict())
+    engine.wake_up()
     trained_tokens = int(batch.attention_mask.sum()) * tr.epochs
     timings["time/step"] = time.perf_counter() - t0
     return {
         "step": step + 1,
         **rollout_metrics(samples, batch, entropy, list(tr.position_bins), step),
         **attribution,
+        **gap,
         **update.means(),
         **timings,
         "lr": scheduler.get_last_lr()[0],

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import typing
 from dataclasses import dataclass
 
 from hydra import compose, initialize_config_dir
@@ -60,4 +62,20 @@ def compose_config(overrides: list[str] | None = None) -> Composed:
     finally:
         GlobalHydra.instance().clear()
     assert isinstance(obj, TsctlConfig)
+    unknown = unknown_keys(node, TsctlConfig)
+    if unknown:
+        raise ConfigError(unknown[0], "unknown key: tsctl has no such setting and would ignore it; drop it or fix its spelling (see the valid keys with --cfg job)")
     return Composed(node=node, cfg=validate(obj))
+
+
+def unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]:
+    """Dotted keys of ``node`` that the dataclass ``schema`` does not declare (Hydra's ``+key=value`` can add them)."""
+    hints = typing.get_type_hints(schema)
+    fields = {f.name for f in dataclasses.fields(schema)}
+    out = []
+    for key in node.keys():
+        if key not in fields:
+            out.append(f"{prefix}{key}")
+        elif dataclasses.is_dataclass(hints[key]) and isinstance(node[key], DictConfig):
+            out += unknown_keys(node[key], hints[key], f"{prefix}{key}.")
+    return out

@@ -53,8 +53,14 @@ class ModelConfig:
 
     path: str = "builtin"
     """``builtin`` (the tiny model tsctl builds and warms up itself), a local HF folder, or a hub id."""
-    dtype: str = "auto"
-    """Parameter dtype: ``auto`` (float32 on CPU, bfloat16 on GPU), ``float32`` or ``bfloat16``."""
+    dtype: str = "float32"
+    """Parameter (master-weight) dtype: ``float32`` or ``bfloat16``. AdamW steps these parameters, so
+    ``tsctl train`` needs ``float32`` (bf16 parameters lose updates below half a bf16 rounding step);
+    ``bfloat16`` halves the memory of inference-only commands (``eval``, ``seed``, ``rollout``)."""
+    compute_dtype: str = "auto"
+    """Dtype the forwards compute in, through ``torch.autocast``: ``auto`` (bfloat16 on CUDA, float32
+    elsewhere), ``float32`` or ``bfloat16``. Applies to the training forwards, pi_old and reference
+    recomputes, and the ``hf`` engine; float32 enters no autocast at all."""
     device: str = "auto"
     """``auto`` (cuda when available), ``cpu`` or ``cuda``."""
     cache_dir: Optional[str] = None
@@ -154,11 +160,20 @@ class EngineConfig:
     max_new_tokens: int = 48
     """Longest response, in tokens; longer responses are truncated."""
     batch_size: int = 256
-    """Sequences decoded together (prompts x n are chunked to this)."""
+    """Sequences decoded together: ``hf`` chunks prompts x n to this; ``vllm`` takes it as ``max_num_seqs``."""
     gpu_memory_utilization: float = 0.5
-    """vllm only: share of GPU memory vLLM may take (the trainer needs the rest)."""
+    """vllm only: share of GPU memory vLLM may take while awake (weights + KV cache; the trainer needs the rest)."""
     tensor_parallel_size: int = 1
-    """vllm only: GPUs per engine."""
+    """vllm only: GPUs the engine's model is split over (weights reach them by CUDA IPC, not through the host)."""
+    dtype: str = "bfloat16"
+    """vllm only: dtype of vLLM's weights and compute (``bfloat16``, ``float16`` or ``float32``), whatever
+    the trainer's; the trainer's weights are cast to it at every sync."""
+    max_model_len: Optional[int] = None
+    """vllm only: longest prompt + prefix + response, in tokens (sizes vLLM's KV cache); null = the
+    model's ``max_position_embeddings``. A request that does not fit is refused, never cut short."""
+    enable_sleep_mode: bool = True
+    """vllm only: discard vLLM's weights and KV cache during the update (sleep level 2) and bring them
+    back after the weight sync, so vLLM and the trainer share one GPU."""
 
 
 @dataclass
@@ -185,6 +200,10 @@ class AlgoConfig:
     """Added to the group std before dividing."""
     kl_coef: float = 0.0
     """Coefficient of a k3 KL penalty to the frozen initial model; 0 disables (DAPO default)."""
+    ref_placement: str = "policy"
+    """Where the KL reference model (a second full copy, loaded when ``kl_coef > 0``) lives: ``policy``
+    (on the policy's device), ``cpu`` (kept and run on the CPU: no GPU memory, slow forwards) or
+    ``offload`` (kept on the CPU, moved to the policy's device for its one forward per step)."""
     entropy_coef: float = 0.0
     """Coefficient of an entropy bonus; 0 disables."""
     dynamic_sampling: bool = False
@@ -268,6 +287,19 @@ class TrainerConfig:
     """Optimiser steps per batch (the batch is split into this many mini-batches)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
+    micro_batch_tokens: int = 0
+    """Padded tokens (rows x longest row) per forward/backward; 0 = no limit. Rows are packed longest
+    first, greedily up to the budget (a longer row runs alone); with ``micro_batch_size`` too, both
+    limits hold. The gradient is the same however the mini-batch is split."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them (HF gradient
+    checkpointing, non-reentrant): much less activation memory for about one more forward. The training
+    forward then runs whole rows instead of sharing prompts (the cache it needs is off); no-grad
+    recomputes still share them."""
+    logits_chunk_mib: float = 512.0
+    """Size of one chunk of float32 logits: the LM head runs on that many response positions at a time
+    (MiB / (4 bytes x vocabulary)), and backward recomputes each chunk's logits instead of keeping them,
+    so no full ``[B, T, V]`` logits tensor ever exists. The peak is a few times this (softmax, gradient)."""
     epochs: int = 1
     """Passes over the batch per step."""
     lr: float = 5e-5
@@ -300,9 +332,12 @@ class TrainerConfig:
     save_rollouts: bool = False
     """Also write each step's samples as a rollout shard ``rollouts/step-N.parquet``."""
     save_every: int = 25
-    """Steps between checkpoints (the last step is always saved)."""
+    """Steps between checkpoints (>= 1; the last step is always saved). With ``ratio > 0`` the first
+    step of every seed window (each multiple of ``refresh``) is saved too: its seeds can be written
+    again from it if the shard is lost."""
     keep_checkpoints: int = 2
-    """Newest checkpoints kept on disk (0 keeps all)."""
+    """Newest checkpoints kept on disk (0 keeps all). The checkpoint that opened the current seed
+    window is also kept until the window closes."""
     eval_every: int = 25
     """Steps between held-out evaluations (and at start and end); 0 disables."""
     eval_problems: int = 1000
@@ -399,13 +434,14 @@ class TsctlConfig:
     seed: int = 0
     """Seed of sampling, initialisation and data order."""
     experiment: str = "default"
-    """Run folder is ``<runs_dir>/<experiment>/<name>``."""
+    """Run folder is ``<runs_dir>/<experiment>/<name>``; a relative path without ``..``."""
     name: Optional[str] = None
-    """Run name; null derives one from the overrides (``ratio25-refresh10-seed0``)."""
+    """Run name, one folder name (no ``/``, not ``..``); null derives one from the overrides (``ratio25-refresh10-seed0``)."""
     runs_dir: str = "runs"
     """Root folder of run outputs and the model cache."""
     resume: bool = False
-    """Continue an existing run from its newest complete checkpoint."""
+    """Continue an existing run from its newest complete checkpoint (with the config it was started
+    with; ``runs_dir``, ``experiment`` and ``name`` may differ, for a moved folder). An error when there is no such run."""
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)

@@ -15,7 +15,10 @@ from tsctl.config.schema import TsctlConfig
 
 TASKS = ("countdown", "arithmetic", "file")
 ENGINES = ("hf", "vllm")
-DTYPES = ("auto", "float32", "bfloat16")
+DTYPES = ("float32", "bfloat16")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
+ENGINE_DTYPES = ("bfloat16", "float16", "float32")
+REF_PLACEMENTS = ("policy", "cpu", "offload")
 OLD_LOGPROBS = ("auto", "engine", "recompute")
 DEVICES = ("auto", "cpu", "cuda")
 OVERLONG = ("none", "mask", "penalty")
@@ -49,6 +52,15 @@ def _non_negative(key: str, value: float) -> None:
         raise ConfigError(key, f"{value} must be >= 0")
 
 
+def _run_place(cfg: TsctlConfig) -> None:
+    """``name`` is one folder name and ``experiment`` a relative path without ``..``: a run stays inside ``runs_dir``."""
+    if cfg.name is not None and (not cfg.name or cfg.name in (".", "..") or any(c in cfg.name for c in "/\\\0")):
+        raise ConfigError("name", f"{cfg.name!r} is not a plain folder name (no '/', no '..'), so the run would land outside <runs_dir>/<experiment>/; e.g. name=lr-2e-5")
+    parts = Path(cfg.experiment).parts
+    if not parts or Path(cfg.experiment).is_absolute() or ".." in parts or "\0" in cfg.experiment:
+        raise ConfigError("experiment", f"{cfg.experiment!r} must be a relative folder path without '..' (it would write outside runs_dir=); e.g. experiment=countdown/lr-sweep")
+
+
 def validate(cfg: TsctlConfig) -> TsctlConfig:
     """Check every knob of ``cfg``; return it unchanged or raise :class:`ConfigError`."""
     from tsctl.algo.losses import POLICY_LOSSES
@@ -58,12 +70,16 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     from tsctl.seeds.truncation import SCHEDULES as SEED_SCHEDULES
     from tsctl.seeds.truncation import STRATEGIES
 
+    _run_place(cfg)
     _in_range("ratio", cfg.ratio, 0, 100, " (percent of each group's samples that are seeded)")
     _one_of("truncation", cfg.truncation, STRATEGIES)
     _non_negative("refresh", cfg.refresh)
 
     m = cfg.model
     _one_of("model.dtype", m.dtype, DTYPES)
+    _one_of("model.compute_dtype", m.compute_dtype, COMPUTE_DTYPES)
+    if m.dtype == "bfloat16" and m.compute_dtype == "float32":
+        raise ConfigError("model.compute_dtype", "float32 compute needs float32 parameters; use model.dtype=float32 or model.compute_dtype=auto")
     _one_of("model.device", m.device, DEVICES)
     if m.tiny.hidden_size % m.tiny.num_heads:
         raise ConfigError("model.tiny.num_heads", f"{m.tiny.num_heads} must divide model.tiny.hidden_size={m.tiny.hidden_size}")
@@ -99,6 +115,10 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _positive("engine.max_new_tokens", e.max_new_tokens)
     _positive("engine.batch_size", e.batch_size)
     _in_range("engine.gpu_memory_utilization", e.gpu_memory_utilization, 0.05, 0.95)
+    _positive("engine.tensor_parallel_size", e.tensor_parallel_size)
+    _one_of("engine.dtype", e.dtype, ENGINE_DTYPES)
+    if e.max_model_len is not None and e.max_model_len <= e.max_new_tokens:
+        raise ConfigError("engine.max_model_len", f"{e.max_model_len} must exceed engine.max_new_tokens={e.max_new_tokens} (prompts need room too)")
 
     al = cfg.algo
     _one_of("algo.loss", al.loss, POLICY_LOSSES)
@@ -110,6 +130,7 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
         raise ConfigError("algo.prefix_clip_c", f"{al.prefix_clip_c} must be > 1 (or null to leave prefix tokens to algo.clip_c)")
     _positive("algo.adv_eps", al.adv_eps)
     _non_negative("algo.kl_coef", al.kl_coef)
+    _one_of("algo.ref_placement", al.ref_placement, REF_PLACEMENTS)
     _non_negative("algo.entropy_coef", al.entropy_coef)
     _non_negative("algo.max_resample_rounds", al.max_resample_rounds)
     _one_of("algo.overlong", al.overlong, OVERLONG)
@@ -130,7 +151,9 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     tr = cfg.trainer
     for key in ("steps", "batch_size", "n", "mini_batches", "epochs", "lr"):
         _positive(f"trainer.{key}", getattr(tr, key))
-    for key in ("micro_batch_size", "weight_decay", "warmup_steps", "max_grad_norm", "save_every", "keep_checkpoints", "eval_every"):
+    _positive("trainer.save_every", tr.save_every)
+    _positive("trainer.logits_chunk_mib", tr.logits_chunk_mib)
+    for key in ("micro_batch_size", "micro_batch_tokens", "weight_decay", "warmup_steps", "max_grad_norm", "keep_checkpoints", "eval_every"):
         _non_negative(f"trainer.{key}", getattr(tr, key))
     _one_of("trainer.schedule", tr.schedule, SCHEDULES)
     _one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)

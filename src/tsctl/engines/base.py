@@ -21,7 +21,9 @@ class SamplingParams:
         temperature: softmax temperature; 0 means greedy.
         top_p: nucleus mass in (0, 1].
         max_new_tokens: most tokens generated per request (the prefix does not count).
-        seed: seed of the sampler's generator, for reproducible draws.
+        seed: seed of the sampler's generator, for reproducible draws (the ``hf`` engine reseeds
+            with it at every call; ``vllm`` samples from its one engine seed instead, see
+            :mod:`tsctl.engines.vllm`).
     """
 
     temperature: float = 1.0
@@ -61,9 +63,11 @@ class Completion:
     """What the engine generated for one request.
 
     Attributes:
-        token_ids: generated token ids, shape [G] (excludes prompt and prefix; includes EOS if hit).
+        token_ids: generated token ids, shape [G] (excludes prompt and prefix; includes the end
+            token that stopped it, if any).
         logprobs: log-probability of each generated token under the sampling distribution, shape [G].
-        finished: True when the sample ended with EOS, False when cut at max_new_tokens.
+        finished: True when the sample ended with one of the end tokens
+            (:func:`tsctl.models.prompts.end_token_ids`), False when cut at max_new_tokens.
         entropies: entropy (nats) of the model's next-token distribution at the sampling
             temperature (before any top-p cut) at each generated token, shape [G]; None when the
             backend does not report it.
@@ -91,6 +95,11 @@ class Engine(Protocol):
     ``reports_token_stats`` is True when every completion carries ``entropies`` and
     ``prefix_entropies``, and its log-probs are computed with the trainer's own weights and numerics,
     so the trainer may take pi_old from the engine instead of recomputing it.
+
+    A training step calls ``generate`` (any number of times), then ``sleep``, runs the update, then
+    ``load_weights`` and ``wake_up``: an engine that holds its own copy of the weights (vLLM, on the
+    trainer's GPU) frees its memory for the update in between. Engines without such memory make
+    ``sleep`` and ``wake_up`` no-ops.
     """
 
     reports_token_stats: bool
@@ -99,6 +108,15 @@ class Engine(Protocol):
         """Sample one completion per request, in request order."""
         ...
 
+    def sleep(self) -> None:
+        """Release the engine's memory until the next ``load_weights`` and ``wake_up`` (no ``generate`` in between)."""
+        ...
+
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Replace the engine's weights with the trainer's current ones."""
+        """Replace the engine's weights with the trainer's current ones (asleep or awake); nothing
+        computed with the old weights (cached keys and values) is reused afterwards."""
+        ...
+
+    def wake_up(self) -> None:
+        """Make the engine ready to ``generate`` again after ``sleep`` and ``load_weights``."""
         ...

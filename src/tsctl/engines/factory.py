@@ -2,29 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import importlib.util
+import sys
+from typing import Callable, Sequence
 
+import torch
 from transformers import PreTrainedModel
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.schema import EngineConfig
 from tsctl.engines.base import Engine
 
 
-def _build_hf(cfg: EngineConfig, model: PreTrainedModel, eos_id: int, pad_id: int, model_path: str | None) -> Engine:
+def _build_hf(
+    cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int,
+    compute_dtype: torch.dtype | None,
+) -> Engine:
     from tsctl.engines.hf import HFEngine
 
-    return HFEngine(model, eos_id=eos_id, pad_id=pad_id, batch_size=cfg.batch_size)
+    return HFEngine(model, end_ids, pad_id=pad_id, batch_size=cfg.batch_size, compute_dtype=compute_dtype)
 
 
-def _build_vllm(cfg: EngineConfig, model: PreTrainedModel, eos_id: int, pad_id: int, model_path: str | None) -> Engine:
+def _build_vllm(
+    cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int,
+    compute_dtype: torch.dtype | None,
+) -> Engine:
     from tsctl.engines.vllm import VLLMEngine
 
+    if not _installed("vllm"):
+        raise ConfigError("engine", "engine=vllm needs vLLM, which is not installed: pip install 'tsctl[gpu]' on a CUDA machine, or use engine=hf")
     if model_path is None:
         raise ValueError("the vllm engine loads the model from a folder: pass model_path (a save_pretrained folder)")
     return VLLMEngine(
-        model_path, eos_id, dtype=str(model.dtype).removeprefix("torch."),
-        gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
+        model_path, end_ids, dtype=cfg.dtype, seed=seed, gpu_memory_utilization=cfg.gpu_memory_utilization,
+        tensor_parallel_size=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len or model.config.max_position_embeddings,
+        max_num_seqs=cfg.batch_size, enable_sleep_mode=cfg.enable_sleep_mode,
     )
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported (without importing it)."""
+    if package in sys.modules:
+        return sys.modules[package] is not None
+    return importlib.util.find_spec(package) is not None
 
 
 ENGINES: dict[str, Callable[..., Engine]] = {"hf": _build_hf, "vllm": _build_vllm}
@@ -32,17 +52,23 @@ ENGINES: dict[str, Callable[..., Engine]] = {"hf": _build_hf, "vllm": _build_vll
 
 
 def build_engine(
-    cfg: EngineConfig, model: PreTrainedModel, eos_id: int, pad_id: int, model_path: str | None = None
+    cfg: EngineConfig, model: PreTrainedModel, end_ids: int | Sequence[int], pad_id: int, model_path: str | None = None, seed: int = 0,
+    compute_dtype: torch.dtype | None = None,
 ) -> Engine:
     """Build the engine ``cfg.name`` for ``model``.
 
     Args:
-        cfg: the engine config (name, batch size, vLLM memory share and tensor parallelism).
-        model: the policy; ``hf`` samples with this very object, ``vllm`` takes its dtype.
-        eos_id: token that ends a sample.
+        cfg: the engine config (name, batch size, vLLM memory, length, dtype, sleep mode, tensor parallelism).
+        model: the policy; ``hf`` samples with this very object, ``vllm`` loads ``model_path`` and
+            takes the model's context length when ``engine.max_model_len`` is null.
+        end_ids: the token, or tokens, that end a sample (``PromptFormatter.end_ids``).
         pad_id: token used for padding (``hf`` only).
         model_path: folder holding the model's ``save_pretrained`` files (needed by ``vllm``).
+        seed: the engine's sampling seed (``vllm`` only; ``hf`` reseeds per call from the sampling params).
+        compute_dtype: the ``hf`` engine's autocast dtype (``model.compute_dtype`` resolved); None
+            computes in the parameters' dtype (``vllm`` computes in ``engine.dtype``).
     """
     if cfg.name not in ENGINES:
         raise ValueError(f"unknown engine {cfg.name!r}; valid engines: {', '.join(sorted(ENGINES))}")
-    return ENGINES[cfg.name](cfg, model, eos_id, pad_id, model_path)
+    ends = (end_ids,) if isinstance(end_ids, int) else tuple(end_ids)
+    return ENGINES[cfg.name](cfg, model, ends, pad_id, model_path, seed, compute_dtype)

@@ -17,12 +17,14 @@ A lean decode loop in place of ``model.generate``. Per chunk of requests:
   with its tail masked); otherwise through the model's own forward, whose one-token attention on
   CPU is a plain matmul-softmax-matmul (:func:`decode_attention`), faster there than the SDPA
   kernel at decode shapes. It then samples (temperature, top-p) with a seeded generator;
-- a row stops at a sampled EOS or at its limit; once a quarter of the rows in the batch have
-  stopped, they are dropped from it;
+- a row stops at a sampled end token (any of ``end_ids``) or at its limit; once a quarter of the
+  rows in the batch have stopped, they are dropped from it;
 - besides the sampled tokens' log-probs, the engine reports the entropy at every generated token
   and at every prefix token (at the steps that force it), so the trainer needs no second forward
   for pi_old (``reports_token_stats``); at a forcing step it records the forced token's log-prob
-  (``Completion.prefix_logprobs``: pi_old's, not pi_b's), never the one the sampler drew there.
+  (``Completion.prefix_logprobs``: pi_old's, not pi_b's), never the one the sampler drew there;
+- with a ``compute_dtype`` below the parameters' (bf16 compute over fp32 weights on GPU), every
+  forward runs under ``torch.autocast`` to it, as the trainer's forwards do.
 
 Requests are sorted by prompt to limit padding and chunked to ``batch_size``; results come back in
 request order.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 from transformers import AttentionInterface, PreTrainedModel
@@ -43,6 +45,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.fused_decode import FusedDecoder
 from tsctl.models.padding import additive_mask, left_pad, prefill_mask
+from tsctl.models.precision import autocast
 
 _CHECK_EVERY = 4
 """Decode steps between looks at how many rows are still running (one host sync each)."""
@@ -242,14 +245,18 @@ class HFEngine:
     Args:
         model: a causal LM whose forward accepts a 4D additive attention mask, position ids and a
             ``Cache`` (any model with ``eager`` or ``sdpa`` attention).
-        eos_id: token that ends a sample.
+        end_ids: the token, or the tokens, that end a sample (:func:`tsctl.models.prompts.end_token_ids`).
         pad_id: token used to left-pad prompts (never attended to).
         batch_size: most sequences decoded together.
+        compute_dtype: autocast dtype of the forwards (None or float32: the parameters' own dtype).
     """
 
     reports_token_stats = True
 
-    def __init__(self, model: PreTrainedModel, eos_id: int, pad_id: int, batch_size: int = 256) -> None:
+    def __init__(
+        self, model: PreTrainedModel, end_ids: int | Iterable[int], pad_id: int, batch_size: int = 256,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         attention = getattr(model.config, "_attn_implementation", "eager")
@@ -259,9 +266,10 @@ class HFEngine:
                 f"{attention!r} (load it with attn_implementation='sdpa')"
             )
         self.model = model
-        self.eos_id = eos_id
+        self.end_ids: tuple[int, ...] = (end_ids,) if isinstance(end_ids, int) else tuple(sorted(set(end_ids)))
         self.pad_id = pad_id
         self.batch_size = batch_size
+        self.compute_dtype = compute_dtype
         forward_args = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
         self._keep_last = "logits_to_keep" in forward_args
@@ -286,8 +294,9 @@ class HFEngine:
         if self.device.type == "cpu":
             self.model.config._attn_implementation = DECODE_ATTENTION
         try:
-            with torch.inference_mode():
-                decoder = FusedDecoder.for_model(self.model) if self.device.type == "cpu" else None
+            with torch.inference_mode(), autocast(self.device, self.compute_dtype):
+                fused = self.device.type == "cpu" and self.compute_dtype in (None, torch.float32)
+                decoder = FusedDecoder.for_model(self.model) if fused else None
                 for start in range(0, len(order), self.batch_size):
                     chunk = order[start : start + self.batch_size]
                     for i, completion in zip(chunk, self._generate_chunk([rows[i] for i in chunk], params, generator, decoder)):
@@ -296,6 +305,12 @@ class HFEngine:
             self.model.train(was_training)
             self.model.config._attn_implementation = attention
         return results  # type: ignore[return-value]
+
+    def sleep(self) -> None:
+        """Nothing to release: the engine samples with the trainer's own model."""
+
+    def wake_up(self) -> None:
+        """Nothing to restore (see :meth:`sleep`)."""
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Copy the trainer's weights into the model (tensors tied to a given one may be left out)."""
@@ -356,6 +371,7 @@ class HFEngine:
         next_position = real.sum(dim=1, keepdim=True)  # [B, 1]
         starts = torch.tensor([len(r.prefix) for r in rows], device=device)  # first sampled step of each row
         ends = starts + torch.tensor([r.limit for r in rows], device=device)  # [B] one past each row's last step
+        end_tokens = torch.tensor(self.end_ids, device=device)
         forcing = int(starts.max())
         forced = torch.full((batch, forcing), -1, dtype=torch.long)  # [B, S] prefix ids, right-padded with -1
         for i, r in enumerate(rows):
@@ -371,7 +387,7 @@ class HFEngine:
             tokens[batch_rows, step] = token
             logprobs[batch_rows, step] = logprob
             entropy_table[batch_rows, step] = entropy
-            done |= ((token == self.eos_id) & (starts[batch_rows] <= step)) | (ends[batch_rows] <= step + 1)
+            done |= (torch.isin(token, end_tokens) & (starts[batch_rows] <= step)) | (ends[batch_rows] <= step + 1)
             if step == steps - 1:
                 break
             if (step + 1) % _CHECK_EVERY == 0:
@@ -398,11 +414,11 @@ class HFEngine:
         """Split the step tables tokens/logprobs/entropies [B, T] into completions.
 
         Row ``i`` forced its prefix at steps ``[0, starts[i])`` (log-probs of the forced tokens) and
-        sampled from ``starts[i]`` until its first EOS or ``ends[i]``.
+        sampled from ``starts[i]`` until its first end token or ``ends[i]``.
         """
         steps = torch.arange(tokens.shape[1], device=tokens.device)
         sampled = (steps >= starts[:, None]) & (steps < ends[:, None])
-        is_eos = (tokens == self.eos_id) & sampled
+        is_eos = torch.isin(tokens, torch.tensor(self.end_ids, device=tokens.device)) & sampled
         finished = is_eos.any(dim=1)
         stops = torch.where(finished, is_eos.int().argmax(dim=1) + 1, ends)
         return [

@@ -1,14 +1,39 @@
 """The ``vllm`` rollout engine: vLLM's offline ``LLM`` behind the :class:`~tsctl.engines.base.Engine` interface.
 
-Semantics match the ``hf`` engine:
+Written against vLLM 0.34 and checked against 0.33 (``pyproject.toml`` pins ``vllm>=0.33,<0.35``): ``LLM(...)`` with
+``enable_sleep_mode``, ``max_model_len``, ``max_num_seqs``, ``logprobs_mode`` and
+``worker_extension_cls``; ``LLM.sleep(level=2)`` and ``LLM.wake_up(tags=...)``;
+``LLM.reset_prefix_cache()``; ``LLM.collective_rpc``; ``SamplingParams``, ``TokensPrompt`` and
+``RequestOutput``. Semantics match the ``hf`` engine:
 
 - the prompt fed is prompt ids + prefix ids, as a ``TokensPrompt`` (no text is re-encoded);
-- each request is one sample (``n=1``) with its own seed drawn from ``SamplingParams.seed``;
-- a sample stops only at ``eos_id`` (``ignore_eos`` plus ``stop_token_ids=[eos_id]``, so the
-  tokenizer's other end tokens do not stop it) or at ``max_new_tokens``;
+- one sample per request (``n=1``), ``max_tokens`` = the request's own token limit;
+- a sample stops at any of the end tokens (:func:`tsctl.models.prompts.end_token_ids`: the
+  tokenizer's EOS, the generation config's EOS ids, the chat template's end-of-turn token), passed
+  as ``stop_token_ids`` with ``ignore_eos=False``, or at its limit. vLLM itself also stops at the
+  tokenizer's EOS and the generation config's EOS ids; both are in the set already, so the two
+  engines stop on the same tokens. The end token is kept in ``token_ids``;
 - log-probs are those of the distribution sampled from (``logprobs_mode="processed_logprobs"``:
-  after temperature and top-p), one per generated token (``logprobs=0``);
-- ``load_weights`` runs ``model.load_weights`` on every vLLM worker through ``collective_rpc``.
+  after temperature and top-p), one per generated token (``logprobs=0``); they are never used as
+  pi_old without a recompute (``reports_token_stats`` is False).
+
+**Seeds and reproducibility.** Requests carry no seed of their own (a per-request seed makes vLLM
+sample those rows one by one): the engine has one seed (``LLM(seed=...)``, the run's ``seed``) and
+``SamplingParams.seed`` is not used. vLLM documents that offline sampling is reproducible, on the
+same hardware and vLLM version, when the engine core runs in the calling process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here, which makes scheduling deterministic) and the
+same requests arrive in the same order. tsctl builds its requests in a fixed order from
+``(seed, step)``, so a run is reproducible from its start; a resumed run starts a fresh engine
+whose random stream differs from the one the killed run would have continued. In process, vLLM
+seeds the process's global generators when it starts; the trainer reseeds its own afterwards and
+shuffles with explicit generators.
+
+**Colocation.** With ``enable_sleep_mode`` the engine shares the trainer's GPU: :meth:`sleep`
+(level 2) discards its weights and KV cache before the update; :meth:`load_weights` wakes the
+weights' memory only, loads the new weights (:mod:`tsctl.engines.vllm_weights`) and resets the
+prefix cache; :meth:`wake_up` brings the KV cache back. The prefix cache is reset after every
+weight load, so no cached key or value of older weights is ever reused (also between the
+checkpoints of ``tsctl eval eval.step=all``, which loads each into one engine).
 
 vLLM is imported only when an engine is built, so tsctl works without it. The conversions are plain
 functions so they can be tested without vLLM.
@@ -17,14 +42,18 @@ functions so they can be tested without vLLM.
 from __future__ import annotations
 
 import os
-import random
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
+from tsctl.engines import vllm_weights
 from tsctl.engines.base import Completion, Request, SamplingParams
 
-INSTALL_HINT = "the vllm engine needs vLLM (a CUDA machine): pip install 'tsctl[gpu]'"
+INSTALL_HINT = "the vllm engine needs vLLM (a CUDA machine, Python >= 3.11): pip install 'tsctl[gpu]'"
+WORKER_EXTENSION = f"{vllm_weights.__name__}.WeightLoaderExtension"
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+AWAKE, ASLEEP, WEIGHTS_ONLY = "awake", "asleep", "weights only"
+"""Engine states: ready; weights and KV cache discarded; weights resident, KV cache still discarded."""
 
 
 def import_vllm() -> Any:
@@ -36,64 +65,64 @@ def import_vllm() -> Any:
     return vllm
 
 
-def request_seeds(seed: int, count: int) -> list[int]:
-    """One seed per request, all drawn from ``seed`` (identical requests must not share a seed)."""
-    rng = random.Random(seed)
-    return [rng.getrandbits(31) for _ in range(count)]
-
-
 def build_prompts(requests: Sequence[Request]) -> list[dict[str, list[int]]]:
     """vLLM ``TokensPrompt`` dicts: prompt ids followed by prefix ids."""
     return [{"prompt_token_ids": [*r.prompt_ids, *r.prefix_ids]} for r in requests]
 
 
-def build_sampling_params(sampling_params_cls: Any, params: SamplingParams, eos_id: int, requests: Sequence[Request]) -> list[Any]:
-    """One ``vllm.SamplingParams`` per request (``sampling_params_cls`` is ``vllm.SamplingParams``), with its own token limit."""
-    return [
-        sampling_params_cls(
-            n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=request.token_limit(params),
-            logprobs=0, seed=seed, ignore_eos=True, stop_token_ids=[eos_id], detokenize=False,
-        )
-        for request, seed in zip(requests, request_seeds(params.seed, len(requests)))
-    ]
+def build_sampling_params(sampling_params_cls: Any, params: SamplingParams, end_ids: Sequence[int], requests: Sequence[Request]) -> list[Any]:
+    """One ``vllm.SamplingParams`` per request (``sampling_params_cls`` is ``vllm.SamplingParams``).
+
+    Requests with the same token limit share one object (vLLM copies it per request). No seed:
+    see the module docstring.
+    """
+    stop = sorted({int(i) for i in end_ids})
+    by_limit: dict[int, Any] = {}
+    for request in requests:
+        limit = request.token_limit(params)
+        if limit not in by_limit:
+            by_limit[limit] = sampling_params_cls(
+                n=1, temperature=float(params.temperature), top_p=float(params.top_p), max_tokens=limit,
+                logprobs=0, stop_token_ids=stop, ignore_eos=False, detokenize=False,
+            )
+    return [by_limit[request.token_limit(params)] for request in requests]
 
 
-def to_completion(output: Any) -> Completion:
-    """Convert one ``vllm.RequestOutput``: its first sample's token ids, their log-probs and whether EOS ended it.
+def to_completion(output: Any, end_ids: Iterable[int]) -> Completion:
+    """Convert one ``vllm.RequestOutput``: its first sample's token ids, their log-probs and whether an end token ended it.
 
     ``logprobs`` holds, per generated token, a mapping token id -> ``Logprob`` (with ``.logprob``)
     that contains the sampled token.
     """
     sample = output.outputs[0]
-    token_ids = list(sample.token_ids)
+    token_ids = [int(t) for t in sample.token_ids]
     if sample.logprobs is None or len(sample.logprobs) != len(token_ids):
         raise ValueError("vLLM returned no log-prob for some generated token; sampling needs logprobs=0")
     logprobs = [float(step[token].logprob) for step, token in zip(sample.logprobs, token_ids)]
-    return Completion(token_ids=token_ids, logprobs=logprobs, finished=sample.finish_reason == "stop")
-
-
-class WeightLoaderExtension:
-    """Mixed into every vLLM worker (``worker_extension_cls``) to receive the trainer's weights."""
-
-    def tsctl_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        """Load (HF name, tensor) pairs into the worker's model (vLLM shards and fuses them itself)."""
-        self.model_runner.model.load_weights(weights=weights)
+    finished = sample.finish_reason == "stop"
+    if finished and (not token_ids or token_ids[-1] not in set(end_ids)):
+        raise ValueError(f"vLLM stopped a sample at token {token_ids[-1:]} that is not an end token {sorted(end_ids)}")
+    return Completion(token_ids=token_ids, logprobs=logprobs, finished=finished)
 
 
 class VLLMEngine:
-    """Samples with vLLM from a local Hugging Face model folder.
+    """Samples with vLLM from a local Hugging Face model folder (see the module docstring).
 
     It reports no entropies or prefix log-probs (``reports_token_stats`` is False): vLLM's kernels
     differ from the trainer's, so the trainer recomputes pi_old itself.
 
     Args:
         model_path: folder written by ``save_pretrained`` (weights, config, tokenizer).
-        eos_id: token that ends a sample.
-        dtype: parameter dtype (``auto``, ``bfloat16``, ``float16``, ``float32``).
-        gpu_memory_utilization: share of GPU memory vLLM may take.
+        end_ids: tokens that end a sample.
+        dtype: vLLM's weights and compute (``bfloat16``, ``float16``, ``float32``); the trainer's
+            weights are cast to it when loaded.
+        seed: the engine's one sampling seed.
+        gpu_memory_utilization: share of GPU memory vLLM may take while awake.
         tensor_parallel_size: GPUs the model is split over.
-        max_model_len: longest prompt + response; None takes the model's.
-        seed: seed of vLLM's own generators.
+        max_model_len: longest prompt + prefix + response, in tokens.
+        max_num_seqs: most sequences decoded together.
+        enable_sleep_mode: release the GPU memory between rollouts (:meth:`sleep`).
+        bucket_bytes: most bytes per weight-sync bucket.
     """
 
     reports_token_stats = False
@@ -101,37 +130,83 @@ class VLLMEngine:
     def __init__(
         self,
         model_path: str,
-        eos_id: int,
+        end_ids: Iterable[int],
         *,
-        dtype: str = "auto",
+        dtype: str = "bfloat16",
+        seed: int = 0,
         gpu_memory_utilization: float = 0.5,
         tensor_parallel_size: int = 1,
-        max_model_len: int | None = None,
-        seed: int = 0,
+        max_model_len: int,
+        max_num_seqs: int = 1024,
+        enable_sleep_mode: bool = True,
+        bucket_bytes: int = vllm_weights.BUCKET_BYTES,
     ) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown vLLM dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
         vllm = import_vllm()
-        if tensor_parallel_size == 1:
-            # Keep the engine in this process so weight updates are handed over without copies.
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # In-process engine core: deterministic scheduling, and one worker in this very process at TP=1.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self._sampling_params_cls = vllm.SamplingParams
-        self.eos_id = eos_id
+        self.end_ids = tuple(sorted({int(i) for i in end_ids}))
+        self.dtype = DTYPES[dtype]
+        self.max_model_len = max_model_len
+        self.tensor_parallel_size = tensor_parallel_size
+        self.sleep_mode = enable_sleep_mode
+        self.bucket_bytes = bucket_bytes
+        self.state = AWAKE
         self.llm = vllm.LLM(
-            model=model_path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, seed=seed,
-            logprobs_mode="processed_logprobs", worker_extension_cls=f"{__name__}.WeightLoaderExtension",
+            model=model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+            worker_extension_cls=WORKER_EXTENSION,
         )
 
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
         """Sample one completion per request, in request order (see :class:`~tsctl.engines.base.Engine`)."""
+        if self.state != AWAKE:
+            raise RuntimeError(f"the vLLM engine is {self.state}: call load_weights() and wake_up() after sleep() before generating")
         if not requests:
             return []
+        for request in requests:
+            length = len(request.prompt_ids) + len(request.prefix_ids) + request.token_limit(params)
+            if length > self.max_model_len:
+                raise ValueError(
+                    f"a request needs {length} tokens (prompt + prefix + max_new_tokens) but engine.max_model_len is "
+                    f"{self.max_model_len}; raise engine.max_model_len or lower engine.max_new_tokens"
+                )
         outputs = self.llm.generate(
-            build_prompts(requests),
-            build_sampling_params(self._sampling_params_cls, params, self.eos_id, requests),
-            use_tqdm=False,
+            build_prompts(requests), build_sampling_params(self._sampling_params_cls, params, self.end_ids, requests), use_tqdm=False
         )
-        return [to_completion(output) for output in outputs]
+        return [to_completion(output, self.end_ids) for output in outputs]
+
+    def sleep(self) -> None:
+        """Discard the weights and KV cache (sleep level 2) until :meth:`load_weights` and :meth:`wake_up`; a no-op without sleep mode."""
+        if self.sleep_mode and self.state == AWAKE:
+            self.llm.sleep(level=2)
+            self.state = ASLEEP
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Load the trainer's weights (HF parameter names) into every vLLM worker."""
-        self.llm.collective_rpc("tsctl_load_weights", args=(list(state_dict.items()),))
+        """Load the trainer's weights (HF names, any float dtype) into every worker, then reset the prefix cache."""
+        if self.state == ASLEEP:
+            self.llm.wake_up(tags=["weights"])
+            self.state = WEIGHTS_ONLY
+        weights = vllm_weights.engine_weights(state_dict, self.dtype)
+        for bucket in vllm_weights.buckets(weights, self.bucket_bytes):
+            if self.tensor_parallel_size == 1:
+                self.llm.collective_rpc("tsctl_load_weights", args=(bucket,))
+            else:
+                flat, specs = vllm_weights.pack(bucket)
+                self.llm.collective_rpc("tsctl_load_ipc", args=(vllm_weights.share_ipc(flat), specs))
+                del flat
+        if self.tensor_parallel_size > 1 and torch.cuda.is_available():
+            torch.cuda.ipc_collect()
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight load (requests still running?)")
+
+    def wake_up(self) -> None:
+        """Bring the KV cache back after :meth:`sleep` and :meth:`load_weights`."""
+        if self.state == ASLEEP:
+            raise RuntimeError("sleep() discarded the vLLM engine's weights: call load_weights() before wake_up()")
+        if self.state == WEIGHTS_ONLY:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.state = AWAKE

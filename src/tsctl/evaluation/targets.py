@@ -2,8 +2,8 @@
 
 A checkpoint setting (``eval.checkpoint``, ``shards.checkpoint``) is one of:
 
-- a run folder (it holds ``checkpoints/``): its complete checkpoints chosen by the step setting
-  (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``;
+- a run folder (it holds ``checkpoints/`` or ``manifest.json``): its complete checkpoints chosen by
+  the step setting (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``;
 - one checkpoint of a run (``<run>/checkpoints/step-N``): results go to ``<run>/eval/step-N/``;
 - any other HF model folder: results go to ``<runs_dir>/<experiment>/eval/<folder name>/``;
 - null: ``model.path`` (the built-in model is built and warmed up first when missing); a hub id
@@ -12,6 +12,7 @@ A checkpoint setting (``eval.checkpoint``, ``shards.checkpoint``) is one of:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +35,14 @@ class Target:
         path: the model folder or hub id given to the loader.
         step: training step of a run checkpoint; None for any other model.
         out_dir: folder of its ``<benchmark>.json`` and ``<benchmark>.parquet`` files.
+        key: the setting that named it (quoted in load errors).
     """
 
     label: str
     path: str
     step: int | None
     out_dir: Path
+    key: str = "model.path"
 
 
 def resolve_targets(cfg: TsctlConfig) -> list[Target]:
@@ -68,18 +71,21 @@ def resolve_models(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str
         raise ConfigError(
             f"{key}.checkpoint", f"{checkpoint} does not exist; pass a run folder (with checkpoints/) or a model folder (with config.json)"
         )
-    if (path / "checkpoints").is_dir():
+    if (path / "checkpoints").is_dir() or (path / "manifest.json").is_file():
         return _run_targets(path, step, key)
     if step != "last":
         raise ConfigError(f"{key}.step", f"{step!r} needs a run folder (with checkpoints/), but {checkpoint} is a model folder")
-    return [_model_target(str(path), cfg)]
+    return [dataclasses.replace(_model_target(str(path), cfg), key=f"{key}.checkpoint")]
 
 
 def _run_targets(run: Path, step: str, key: str) -> list[Target]:
     """The run's complete checkpoints selected by ``step``: ``last``, ``all`` or a step number."""
     found = list_checkpoints(run / "checkpoints")
     if not found:
-        raise RunError(f"{run} has no complete checkpoint under checkpoints/ (one with config.json and trainer_state.pt)")
+        raise RunError(
+            f"{key}.checkpoint={run} is a run with no complete checkpoint yet (checkpoints/step-N with config.json and "
+            f"trainer_state.pt); continue its training with `tsctl train ... resume=true`, or pass {key}.checkpoint=<model folder>"
+        )
     if step == "last":
         found = found[-1:]
     elif step.isdigit():
@@ -89,7 +95,7 @@ def _run_targets(run: Path, step: str, key: str) -> list[Target]:
             raise ConfigError(f"{key}.step", f"{run} has no complete checkpoint step-{step}; available steps: {steps}")
     elif step != "all":
         raise ConfigError(f"{key}.step", f"unknown value {step!r}; use last, all or a step number")
-    return [Target(f"step-{n}", str(p), n, run / "eval" / f"step-{n}") for n, p in found]
+    return [Target(f"step-{n}", str(p), n, run / "eval" / f"step-{n}", f"{key}.checkpoint") for n, p in found]
 
 
 def _model_target(path: str, cfg: TsctlConfig) -> Target:

@@ -41,6 +41,7 @@ def ensure_builtin(cfg: TsctlConfig, rebuild: bool = False) -> Path:
     with atomic.file_lock(final.parent / f".{final.name}.lock"):
         if (final / WARMUP_REPORT).is_file() and not rebuild:
             return final
+        atomic.remove_stale(final.parent, f".{final.name}.*.tmp")  # a killed warm-up's staged folder; the lock keeps others out
         console.print(f"building the built-in model for task '{cfg.task.name}' -> {final}")
         with atomic.staged_dir(final) as tmp:
             model, tokenizer, report = build_and_warm_up(cfg)
@@ -62,7 +63,7 @@ def build_and_warm_up(cfg: TsctlConfig) -> tuple[PreTrainedModel, PreTrainedToke
     examples = encode_examples(list(task.problems("train")), formatter, max_len)
     report = supervised_warmup(model, examples, cfg.model.warmup, formatter.pad_id)
     heldout = list(task.problems("heldout"))[: cfg.model.warmup.eval_problems]
-    engine = build_engine(cfg.engine, model, formatter.eos_id, formatter.pad_id)
+    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id)
     report["heldout_accuracy"] = greedy_accuracy(engine, formatter, task, heldout, cfg.engine.max_new_tokens)
     report["heldout_problems"] = len(heldout)
     report["parameters"] = sum(p.numel() for p in model.parameters())

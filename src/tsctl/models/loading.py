@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 
@@ -21,31 +22,40 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` is float32 on CPU (bf16 matmuls are slow there) and bfloat16 on GPU."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """The parameter dtype named by ``model.dtype`` (``float32`` or ``bfloat16``)."""
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
 
 
-def load_model(path: str | Path, dtype: str = "auto", device: str = "auto") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from a local folder or a hub id.
+def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", key: str = "model.path") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from a local folder or a hub id, parameters in ``dtype`` on ``device``.
+
+    Training keeps float32 parameters and computes in a lower precision through autocast
+    (:mod:`tsctl.models.precision`); ``bfloat16`` parameters are for inference only.
+
+    ``key`` is the setting that named ``path``, quoted in the error messages.
 
     Raises:
-        ModelLoadError: the folder is missing or incomplete, or the hub is unreachable.
+        ModelLoadError: the folder is missing, a file, incomplete or damaged, or the hub is unreachable.
     """
     where = str(path)
     local = Path(where).expanduser()
     looks_local = where.startswith((".", "/", "~")) or local.exists() or where.startswith("runs")
+    if looks_local and local.exists() and not local.is_dir():
+        raise ModelLoadError(f"{key}='{where}' is a file, not a model folder; point {key} at the folder that holds config.json and the weights")
     if looks_local and not local.is_dir():
-        raise ModelLoadError(f"model folder '{where}' does not exist; pass model.path=<folder with config.json> or a hub id")
+        raise ModelLoadError(f"model folder '{where}' does not exist; pass {key}=<folder with config.json> or a hub id")
     if looks_local and not (local / "config.json").is_file():
-        raise ModelLoadError(f"'{where}' is not an HF model folder (no config.json); point model.path at a save_pretrained folder")
+        raise ModelLoadError(f"'{where}' is not an HF model folder (no config.json); point {key} at a save_pretrained folder")
     dev = resolve_device(device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype, dev))
-    except (OSError, ValueError) as err:
-        hint = "" if looks_local else " (no local folder by that name; the hub may be unreachable: download it first or set model.path to a local folder)"
-        raise ModelLoadError(f"could not load model '{where}': {str(err).splitlines()[0]}{hint}") from None
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype))
+    except (OSError, ValueError, SafetensorError) as err:
+        if looks_local:
+            hint = f"; its files are damaged or incomplete: save or download the model again, or point {key} at another folder"
+        else:
+            hint = f" (no local folder by that name; the hub may be unreachable: download it first or set {key} to a local folder)"
+        first = str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
+        raise ModelLoadError(f"could not load model '{where}': {first}{hint}") from None
     return model.to(dev), tokenizer

@@ -17,9 +17,18 @@ SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 CHARACTERS = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """A tokenizer with ids 0-3 for pad/bos/eos/unk and one id per printable ASCII character."""
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+def build_char_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+    """A tokenizer with ids 0-3 for pad/bos/eos/unk and one id per printable ASCII character.
+
+    ``vocab_size`` pads the vocabulary with filler tokens ``<t{id}>`` up to that size: text never
+    encodes to them, but every id decodes (what a random-init model of a real vocabulary size needs).
+    """
+    tokens = SPECIAL_TOKENS + CHARACTERS
+    if vocab_size is not None:
+        if vocab_size < len(tokens):
+            raise ValueError(f"vocab_size must be at least {len(tokens)}, got {vocab_size}")
+        tokens += tuple(f"<t{i}>" for i in range(len(tokens), vocab_size))
+    vocab = {token: i for i, token in enumerate(tokens)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()

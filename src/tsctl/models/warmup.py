@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.schema import WarmupConfig
 from tsctl.models.prompts import PromptFormatter
 from tsctl.progress import make_progress
@@ -39,7 +40,11 @@ def encode_examples(problems: list[Problem], formatter: PromptFormatter, max_len
         if len(ids) <= max_len:
             examples.append(Example(ids=ids, prompt_len=len(prompt)))
     if not examples:
-        raise ValueError("no problem has a worked solution that fits the model; warm-up needs task solutions")
+        raise ConfigError(
+            "model.path",
+            "builtin warms up on the task's worked solutions, but no problem has one that fits the model; "
+            "give a file task its task.file.solution_field=..., or set model.path=<HF model folder>",
+        )
     return examples
 
 

@@ -1,7 +1,8 @@
 """``tsctl report``: summary tables with confidence intervals, paired comparisons and plots of a sweep or a run.
 
 A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
-the table; a report on one run uses it whatever its status. A run whose summary values include
+the table (a run whose manifest says ``running`` but whose process is gone is ``interrupted``); a
+report on one run uses it whatever its status. A run whose summary values include
 NaN/Inf is named in a warning (console and ``summary.md``) with the first step where its metrics went
 bad. Outputs go to ``<sweep>/report/`` or
 ``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,

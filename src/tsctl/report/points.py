@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional
 
 from omegaconf import OmegaConf
 
+from tsctl.run_lock import is_held
 from tsctl.runs import RunDir
 
 FINAL_EVAL = "final_eval.json"
@@ -108,7 +109,13 @@ def load_run(path: Path) -> Run:
     config = path / "config.yaml"
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
-    return Run(path, manifest.get("status", "unknown"), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"))
+    return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"))
+
+
+def run_status(path: Path, manifest: dict[str, Any]) -> str:
+    """The manifest's status, except that a ``running`` run whose process is gone (nobody holds its lock) is ``interrupted``."""
+    status = manifest.get("status", "unknown")
+    return "interrupted" if status == "running" and is_held(path) is False else status
 
 
 def find_runs(path: Path) -> list[Run]:

@@ -6,22 +6,35 @@ into ``seeds/step-<w>.parquet``, so only one model is ever in memory. Rows are o
 (step, prompt, slot); a resumed run reads the shard back instead of regenerating it. Another
 selector (``seeds.selector``) may give a prompt's seeds to an older snapshot of the behaviour pool,
 ``seeds.source`` to another model or a trace file (:mod:`tsctl.seeds.behaviour`).
+
+Recovery: a shard that is missing, truncated, corrupted or without its ``.sha256`` (a process
+killed between the two writes) is written again from the weights that wrote it, with the same
+sampling seed, so the seeds are the same as the lost ones: the current weights when the window
+opens now, else checkpoint ``step-<w>`` (the base model for ``w = 0``). ``tsctl train`` writes a
+checkpoint at every window's first step and keeps it from ``trainer.keep_checkpoints``'s pruning
+until the window closes (:meth:`SeedBank.keep`), so a resume inside an open window can always do
+this; when that checkpoint is gone anyway, the error says what to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
+from rich.markup import escape
 from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine
+from tsctl.models.loading import load_model
 from tsctl.models.prompts import PromptFormatter
+from tsctl.progress import console
 from tsctl.seeds.behaviour import WindowWriter
-from tsctl.seeds.shards import ShardError, read_shard, write_shard
+from tsctl.seeds.shards import ShardError, checksum_path, read_shard, write_shard
 from tsctl.tasks.base import Problem, Task
+from tsctl.trainer.checkpoint import checkpoint_path, list_checkpoints, rng_state, set_rng_state
 from tsctl.trainer.rollout import Seed, seeded_count, seeds_from_table
 from tsctl.trainer.samples import Sample
 from tsctl.trainer.schedule import step_prompts, step_seed
@@ -30,10 +43,18 @@ SEED_SAMPLING = 4
 
 
 class SeedBank:
-    """Behaviour-policy seeds for the steps of one run."""
+    """Behaviour-policy seeds for the steps of one run.
 
-    def __init__(self, folder: Path, cfg: TsctlConfig, formatter: PromptFormatter, task: Task, problems: Sequence[Problem]) -> None:
+    Args:
+        folder: the run's ``seeds/`` folder.
+        cfg, formatter, task, problems: the run's config, prompt formatter, task and train split.
+        checkpoints: the run's ``checkpoints/`` folder (where a window's behaviour weights are kept).
+        base: the model the run started from (the behaviour policy of window 0).
+    """
+
+    def __init__(self, folder: Path, cfg: TsctlConfig, formatter: PromptFormatter, task: Task, problems: Sequence[Problem], checkpoints: Path, base: str) -> None:
         self.folder, self.cfg, self.formatter, self.task, self.problems = folder, cfg, formatter, task, problems
+        self.checkpoints, self.base = checkpoints, base
         self.k = seeded_count(cfg.trainer.n, cfg.ratio)
         self.start = -1
         self.rows: list[Seed] = []
@@ -52,8 +73,29 @@ class SeedBank:
     def path(self, first: int) -> Path:
         return self.folder / f"step-{first:06d}.parquet"
 
+    def opens_window(self, step: int) -> bool:
+        """Whether a later window starts at ``step`` (its behaviour weights must then be checkpointed)."""
+        return self.k > 0 and 0 < step < self.cfg.trainer.steps and self.window(step)[0] == step
+
+    def keep(self, next_step: int) -> set[int]:
+        """Checkpoint steps to spare from pruning before ``next_step`` runs: its window's first step while it is open."""
+        if self.k == 0 or next_step >= self.cfg.trainer.steps:
+            return set()
+        first = self.window(next_step)[0]
+        return {first} if first > 0 else set()
+
+    def check_resume(self, step: int) -> None:
+        """Before a resume at ``step`` touches anything: raise ShardError if its window's shard is unusable and cannot be written again."""
+        first, last = self.window(step)
+        if self.k == 0 or step == first or first == 0 or any(s == first for s, _ in list_checkpoints(self.checkpoints)):
+            return
+        try:
+            read_shard(self.path(first), "seed")
+        except ShardError:
+            raise ShardError(self._lost(self.path(first), first, last)) from None
+
     def prepare(self, step: int, model: PreTrainedModel, engine: Engine) -> None:
-        """Make the seeds of ``step`` available: read its window's shard, or write it at the window's first step."""
+        """Make the seeds of ``step`` available: read its window's shard, or write it (again) from the weights that own it."""
         if self.opened_at is None:
             self.opened_at = step
             self.writer.resume(step)
@@ -61,20 +103,53 @@ class SeedBank:
         if first == self.start or self.k == 0:
             return
         path = self.path(first)
-        if not path.exists():
-            if step != first:
-                raise ShardError(f"{path}: the seed shard of steps {first}..{last - 1} is missing; resume from a checkpoint at or before step {first}")
-            self.folder.mkdir(parents=True, exist_ok=True)
-            bs = self.cfg.trainer.batch_size
-            indices = [i for s in range(first, last) for i in step_prompts(self.cfg.seed, s, bs, len(self.problems))]
-            serve_steps = [s for s in range(first, last) for _ in range(bs)]
-            sample_seed = step_seed(self.cfg.seed, first, SEED_SAMPLING)
-            columns = self.writer.columns(first, [self.problems[i] for i in indices], serve_steps, self.k, sample_seed, model, engine)
-            write_shard(path, "seed", columns, {"first_step": str(first), "last_step": str(last)}, overwrite=False)
-        table = read_shard(path, "seed").table.to_pydict()
+        try:
+            table = read_shard(path, "seed").table.to_pydict()
+        except ShardError as damage:
+            self._rewrite(step, first, last, model, engine, damage)
+            table = read_shard(path, "seed").table.to_pydict()
         self.rows = seeds_from_table(table)
         self.ids = table["prompt_id"]
         self.start = first
+
+    def _rewrite(self, step: int, first: int, last: int, model: PreTrainedModel, engine: Engine, damage: ShardError) -> None:
+        """Write the shard of window ``first`` (missing or damaged) from its behaviour weights."""
+        path = self.path(first)
+        if path.exists() or checksum_path(path).exists():
+            why = str(damage).removeprefix(f"{path}: ").split("; ")[0]  # the problem, without read_shard's fix for `tsctl seed`
+            console.print(f"[yellow]note:[/yellow] seed shard {path}: {escape(why)}; writing the seeds of steps {first}..{last - 1} again", highlight=False, soft_wrap=True)
+        if step == first:
+            self._write(first, last, model, engine)
+            return
+        source = self.base if first == 0 else checkpoint_path(self.checkpoints, first)
+        if first > 0 and not any(s == first for s, _ in list_checkpoints(self.checkpoints)):
+            raise ShardError(self._lost(path, first, last))
+        with _weights_of(str(source), model, engine, self.cfg):
+            self._write(first, last, model, engine)
+
+    def _write(self, first: int, last: int, model: PreTrainedModel, engine: Engine) -> None:
+        """Generate and write the shard of window ``first..last-1`` with the weights ``model`` and ``engine`` hold now."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        bs = self.cfg.trainer.batch_size
+        indices = [i for s in range(first, last) for i in step_prompts(self.cfg.seed, s, bs, len(self.problems))]
+        serve_steps = [s for s in range(first, last) for _ in range(bs)]
+        sample_seed = step_seed(self.cfg.seed, first, SEED_SAMPLING)
+        columns = self.writer.columns(first, [self.problems[i] for i in indices], serve_steps, self.k, sample_seed, model, engine)
+        write_shard(self.path(first), "seed", columns, {"first_step": str(first), "last_step": str(last)}, overwrite=True)
+
+    def _lost(self, path: Path, first: int, last: int) -> str:
+        """The error when window ``first``'s shard is unusable and checkpoint ``step-<first>`` is gone: what to do."""
+        found = [s for s, _ in list_checkpoints(self.checkpoints)]
+        older = [s for s in found if s < first]
+        if older:
+            newer = ", ".join(f"step-{s}" for s in found if s > older[-1])
+            fix = f"to redo the run from step {older[-1]}, delete checkpoints {newer} in {self.checkpoints} and resume again"
+        else:
+            fix = f"start the run anew: delete {self.folder.parent} or pass another name=..."
+        return (
+            f"{path}: the seed shard of steps {first}..{last - 1} is missing or damaged and checkpoint step-{first}, "
+            f"the behaviour policy that wrote it, is gone, so it cannot be written again; {fix}"
+        )
 
     def for_step(self, step: int, indices: Sequence[int]) -> list[list[Seed]]:
         """The ``k`` seeds of each prompt of ``step`` (``indices`` into the train split, in order)."""
@@ -94,3 +169,25 @@ class SeedBank:
     def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
         """Attribution metrics of step ``step``'s seeded samples (``seeds/by_*``); the bandit learns from them."""
         return self.writer.observe(step, samples, advantages)
+
+
+@contextlib.contextmanager
+def _weights_of(source: str, model: PreTrainedModel, engine: Engine, cfg: TsctlConfig) -> Iterator[None]:
+    """Give ``model`` and ``engine`` the weights saved at ``source`` for the block, then the current ones back, bit for bit.
+
+    The global RNG states are restored too, so the resumed run goes on as if nothing had been generated.
+    """
+    own = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rng = rng_state()
+    behaviour = load_model(source, cfg.model.dtype, cfg.model.device)[0]
+    with torch.no_grad():
+        model.load_state_dict(behaviour.state_dict())
+    del behaviour
+    engine.load_weights(model.state_dict())
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            model.load_state_dict(own)
+        engine.load_weights(model.state_dict())
+        set_rng_state(rng)

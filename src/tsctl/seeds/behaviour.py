@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine
 from tsctl.engines.factory import build_engine
+from tsctl.models.precision import compute_dtype
 from tsctl.models.loading import load_model
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.arm_log import ArmLog
@@ -110,7 +111,10 @@ class WindowWriter:
     def _write_snapshot(self, snap: Snapshot, problems: Sequence[Problem], steps: Sequence[int], k: int, sample_seed: int) -> dict[str, list]:
         """Seeds written by an older snapshot, loaded from its folder with an ``hf`` engine of its own."""
         model = load_model(snap.path, self.cfg.model.dtype, self.cfg.model.device)[0].eval()
-        engine = build_engine(dataclasses.replace(self.cfg.engine, name="hf"), model, self.formatter.eos_id, self.formatter.pad_id, str(snap.path))
+        engine = build_engine(
+            dataclasses.replace(self.cfg.engine, name="hf"), model, self.formatter.end_ids, self.formatter.pad_id, str(snap.path),
+            seed=self.cfg.seed, compute_dtype=compute_dtype(self.cfg, model),
+        )
         return self._write(model, engine, snap, problems, steps, k, sample_seed)
 
 

@@ -10,6 +10,7 @@ from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
+from tsctl.models.precision import model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.truncation import CutContext, choose_cut, find_answer_start
 from tsctl.tasks.base import Problem, Task
@@ -57,9 +58,10 @@ def seed_columns(
     if pi_old.from_engine(cfg, engine, model) and not teacher_forced:
         logprobs, entropies = [c.logprobs for c in completions], [c.entropies for c in completions]
     else:
-        logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, e.temperature or 1.0)
+        logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, cfg)
     steps = [serve_steps[s.group] if serve_steps is not None else checkpoint_step for s in samples]
-    cuts = cut_points([s.generated_ids for s in samples], entropies, steps, formatter, task, cfg, np.random.default_rng(sample_seed))
+    ends = [s.generated_ids[-1] if s.finished else formatter.eos_id for s in samples]
+    cuts = cut_points([s.generated_ids for s in samples], entropies, steps, formatter, task, cfg, np.random.default_rng(sample_seed), ends)
     return {
         "prompt_id": [s.prompt_id for s in samples],
         "prompt_ids": [list(s.prompt_ids) for s in samples],
@@ -81,25 +83,30 @@ def cut_points(
     task: Task,
     cfg: TsctlConfig,
     rng: np.random.Generator,
+    ends: Sequence[int] | None = None,
 ) -> list[int]:
     """The ``truncation`` strategy's cut of each behaviour response, in order (``rng`` draws in that order).
 
     ``entropies[i]`` is pi_b's entropy at each token of ``responses[i]`` (None when unknown: only
-    ``entropy`` needs it); ``steps[i]`` is the training step that will use the seed (``schedule``).
+    ``entropy`` needs it); ``steps[i]`` is the training step that will use the seed (``schedule``);
+    ``ends[i]`` is the end token a finished response ends with (EOS or, in chat, ``<|im_end|>``),
+    never part of a prefix (default: the tokenizer's EOS).
     """
     marker = formatter.tokenizer.encode(task.answer_marker, add_special_tokens=False) if task.answer_marker else None
     bounds = boundary_ids(formatter)
     cuts = []
-    for ids, ent, step in zip(responses, entropies, steps):
+    for i, (ids, ent, step) in enumerate(zip(responses, entropies, steps)):
         answer = find_answer_start(ids, marker, bounds) if marker else None
-        ctx = CutContext(eos_id=formatter.eos_id, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
+        end = ends[i] if ends is not None else formatter.eos_id
+        ctx = CutContext(eos_id=end, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
         cuts.append(choose_cut(cfg.truncation, ids, ctx, cfg.seeds, rng))
     return cuts
 
 
-def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, temperature: float, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:
-    """Per-sample log-probs and entropies of the generated tokens under ``model``, ``chunk`` rows per forward."""
-    batch = pack(samples, torch.zeros(len(samples)), pad_id)
-    lp, ent = pi_old.recompute(model, batch, temperature, micro_batch_size=chunk)
+def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, cfg: TsctlConfig, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:
+    """Per-sample log-probs and entropies of the generated tokens under ``model`` (the trainer's forward
+    settings), at most ``chunk`` rows per forward."""
+    batch = pack(samples, torch.zeros(len(samples)), pad_id, model_device(model))
+    lp, ent = pi_old.recompute_for(cfg, model, batch, micro_batch_size=chunk)
     lengths = [len(s.generated_ids) for s in samples]
     return [row[:n] for row, n in zip(lp.tolist(), lengths)], [row[:n] for row, n in zip(ent.tolist(), lengths)]

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tsctl import atomic
+from tsctl import atomic, faults
 
 _MAGIC = b"PAR1"
 _KIND_KEY = "tsctl.kind"
@@ -183,6 +183,7 @@ def write_shard(
     data = sink.getvalue()
     digest = hashlib.sha256(data).hexdigest()
     atomic.write_bytes(path, memoryview(data))
+    faults.hit("shard-written")
     atomic.write_bytes(checksum, f"{digest}  {path.name}\n".encode())
     return path
 

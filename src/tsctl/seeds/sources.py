@@ -36,6 +36,7 @@ from transformers import PreTrainedTokenizerBase
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.factory import build_engine
+from tsctl.models.precision import compute_dtype
 from tsctl.models.loading import load_model
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.attribution import MODEL_PREFIX, TRACES_PREFIX
@@ -61,11 +62,11 @@ class ModelSource:
     def __init__(self, cfg: TsctlConfig, formatter: PromptFormatter, task: Task) -> None:
         self.cfg, self.formatter, self.task = cfg, formatter, task
         self.where = str(cfg.seeds.source_path)
-        self.model, tokenizer = load_model(self.where, cfg.model.dtype, cfg.model.device)
+        self.model, tokenizer = load_model(self.where, cfg.model.dtype, cfg.model.device, key="seeds.source_path")
         check_tokenizer(formatter.tokenizer, tokenizer, self.where)
         self.model.eval()
         hf = dataclasses.replace(cfg.engine, name="hf")
-        self.engine = build_engine(hf, self.model, formatter.eos_id, formatter.pad_id, self.where)
+        self.engine = build_engine(hf, self.model, formatter.end_ids, formatter.pad_id, self.where, seed=cfg.seed, compute_dtype=compute_dtype(cfg, self.model))
 
     def columns(self, problems: Sequence[Problem], k: int, first: int, serve_steps: Sequence[int], sample_seed: int) -> dict[str, list]:
         """``k`` seeds per problem written by the other model, pi_b its teacher-forced log-probs."""

@@ -53,8 +53,7 @@ def ratio_inputs(
     current = old
     if engine_old:
         rows = unknown.any(1).nonzero().squeeze(1)
-        tr = cfg.trainer
-        recomputed = pi_old.recompute(model, batch.rows(rows), cfg.engine.temperature or 1.0, tr.micro_batch_size, entropy=False, share_prompts=tr.share_prompts)[0]
+        recomputed = pi_old.recompute_for(cfg, model, batch.rows(rows), entropy=False)[0]
         current = old.clone()
         current[rows, : recomputed.shape[1]] = recomputed
     return torch.where(unknown, current, denominators), loss_mask

@@ -46,9 +46,9 @@ class FileTask:
         self.answer_marker: str | None = cfg.answer_pattern
         self.skipped = 0
         """Bad rows dropped while reading (``on_bad_row=skip``)."""
-        train = self._read(cfg.train_path, on_bad_row)
+        train = self._read(cfg.train_path, on_bad_row, "train_path")
         if cfg.heldout_path:
-            heldout = self._read(cfg.heldout_path, on_bad_row)
+            heldout = self._read(cfg.heldout_path, on_bad_row, "heldout_path")
         else:
             train, heldout = _split(train, cfg.heldout_fraction, data_seed)
         self._splits: dict[str, list[Problem]] = {
@@ -69,7 +69,8 @@ class FileTask:
         except Exception:  # noqa: BLE001 - a reward never raises on model output
             return 0.0
 
-    def _read(self, path: str, on_bad_row: str) -> list[Record]:
+    def _read(self, path: str, on_bad_row: str, key: str) -> list[Record]:
+        """The good rows of ``path`` (named by ``task.file.<key>``); DataError when there are none."""
         cfg = self.cfg
         fields = {"question": cfg.question_field, "answer": cfg.answer_field, "solution": cfg.solution_field}
         records, skipped = read_records(
@@ -82,6 +83,9 @@ class FileTask:
         )
         if skipped:
             logger.warning("%s: skipped %d malformed rows (on_bad_row=skip)", path, skipped)
+        if not records:
+            what = f"all {skipped} of its rows are malformed and were skipped" if skipped else "the file is empty or blank"
+            raise DataError(f"{path} holds no problem ({what}); point task.file.{key} at a file with one JSON object per line (or Parquet rows)")
         self.skipped += skipped
         return records
 

@@ -202,9 +202,20 @@ def _format_of(path: Path, file_format: str) -> str:
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line, object)`` for each non-blank line; a :class:`DataError` in place of malformed JSON."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    """``(line, object)`` for each non-blank line; a :class:`DataError` in place of malformed JSON.
+
+    A line that is not UTF-8 stops the reading whatever ``on_bad_row`` says: it means the whole file
+    has another encoding, and skipping would silently drop every row with a non-ASCII character.
+    """
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{path} line {number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at column {error.start + 1}), so the file "
+                    f"has another encoding (on_bad_row=skip does not skip that); convert it, e.g. iconv -f latin1 -t utf-8 {path.name} > utf8-{path.name}"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -13,9 +13,13 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from tsctl.algo.losses import entropy_from_logits, token_logprobs
+from tsctl.models.logits import logits_head
 from tsctl.trainer.samples import PREFIX, Sample
 from tsctl.trainer.shared_prompts import can_share_prompts, prompt_groups, shared_prompt_hidden
+from tsctl.trainer.token_stats import chunk_positions, head_token_stats
+
+LOGITS_CHUNK_MIB = 512.0
+"""Default size of one chunk of float32 logits (``trainer.logits_chunk_mib``)."""
 
 
 @dataclass
@@ -45,8 +49,17 @@ class RolloutBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    @property
+    def device(self) -> torch.device:
+        return self.input_ids.device
+
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        """This batch with every tensor on ``device``."""
+        return RolloutBatch(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
+
     def rows(self, idx: torch.Tensor) -> "RolloutBatch":
         """The sub-batch of rows ``idx`` (trimmed to its own longest sequence and response)."""
+        idx = idx.to(self.device)
         sub = RolloutBatch(**{k: getattr(self, k)[idx] for k in self.__dataclass_fields__})
         width = int(sub.attention_mask.sum(1).max())
         resp = int(sub.resp_mask.sum(1).max())
@@ -56,8 +69,8 @@ class RolloutBatch:
         return sub
 
 
-def pack(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int) -> RolloutBatch:
-    """Pad ``samples`` into a :class:`RolloutBatch`; ``advantages`` is [B] in sample order."""
+def pack(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int, device: torch.device | str = "cpu") -> RolloutBatch:
+    """Pad ``samples`` into a :class:`RolloutBatch` on ``device``; ``advantages`` is [B] in sample order."""
     B = len(samples)
     L = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     T = max(1, max(len(s.response_ids) for s in samples))
@@ -77,27 +90,27 @@ def pack(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int) -> Ro
         resp_mask[i, :r] = True
         source[i, :r] = torch.tensor(s.sources(), dtype=torch.int8)
         behaviour[i, : len(s.prefix_logprobs)] = torch.tensor(s.prefix_logprobs, dtype=torch.float32)
-    return RolloutBatch(input_ids, attention_mask, resp_index, response_ids, resp_mask, source, behaviour, advantages.float())
+    return RolloutBatch(input_ids, attention_mask, resp_index, response_ids, resp_mask, source, behaviour, advantages.float()).to(device)
 
 
 def response_logprobs(
     model: PreTrainedModel, batch: RolloutBatch, temperature: float = 1.0, with_entropy: bool = False,
-    share_prompts: bool = True,
+    share_prompts: bool = True, logits_chunk_mib: float = LOGITS_CHUNK_MIB,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, T] of the response tokens under ``model`` (and entropies [B, T] if asked).
 
     Logits are taken only at response positions. With ``share_prompts`` (and where
     :func:`~tsctl.trainer.shared_prompts.can_share_prompts` allows), rows with the same prompt share
     one forward of it (:mod:`tsctl.trainer.shared_prompts`); otherwise the padded rows run whole and
-    the decoder's hidden states are gathered at response positions. Logits are divided by
-    ``temperature`` so the log-probs are those of the sampling distribution.
+    the decoder's hidden states are gathered at response positions. The LM head, with the model's own
+    logits post-processing (:mod:`tsctl.models.logits`), runs on chunks of about ``logits_chunk_mib``
+    MiB of float32 logits (:mod:`tsctl.trainer.token_stats`). Logits are divided by ``temperature``
+    so the log-probs are those of the sampling distribution. Runs in the caller's autocast context.
     """
-    logits = model.get_output_embeddings()(response_hidden(model, batch, share_prompts)).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logprobs = token_logprobs(logits, batch.response_ids)
-    entropy = entropy_from_logits(logits) if with_entropy else None
-    return logprobs, entropy
+    head = logits_head(model)
+    positions = chunk_positions(logits_chunk_mib, head.projection.weight.shape[0])
+    hidden = response_hidden(model, batch, share_prompts)
+    return head_token_stats(head, hidden, batch.response_ids, temperature, with_entropy, positions)
 
 
 def response_hidden(model: PreTrainedModel, batch: RolloutBatch, share_prompts: bool = True) -> torch.Tensor:
@@ -114,10 +127,11 @@ def prompt_sharing(
 ) -> tuple[list[tuple[int, ...]], torch.Tensor] | None:
     """The distinct prompts and each row's index among them [B] when the forward of ``batch`` shares
     prompts (asked for, and :func:`~tsctl.trainer.shared_prompts.can_share_prompts`); else None."""
-    if not share_prompts or _activation_checkpointing(model):
+    if not share_prompts or (model.training and _activation_checkpointing(model)):
         return None
     prompts, group = prompt_groups(batch.input_ids, batch.attention_mask.sum(1) - batch.resp_mask.sum(1))
-    return (prompts, group) if can_share_prompts(model, prompts, len(batch)) else None
+    longest = int(batch.attention_mask.sum(1).max())
+    return (prompts, group) if can_share_prompts(model, prompts, len(batch), longest) else None
 
 
 def forward_tokens(model: PreTrainedModel, batch: RolloutBatch, share_prompts: bool = True) -> int:
@@ -129,8 +143,18 @@ def forward_tokens(model: PreTrainedModel, batch: RolloutBatch, share_prompts: b
     return sum(len(p) - 1 for p in shared[0]) + int(batch.resp_mask.sum())
 
 
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Turn on HF activation (gradient) checkpointing of every decoder layer, non-reentrant."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name warns there
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def _activation_checkpointing(model: PreTrainedModel) -> bool:
-    """Whether the model recomputes activations in backward (which turns its cache off in training)."""
+    """Whether the model recomputes activations in backward, which turns its cache off in training: the
+    shared-prompt forward needs the cache, so training forwards then run whole rows (same results)."""
     flag = getattr(model, "is_activation_checkpointing", None)
     return bool(model.is_gradient_checkpointing if flag is None else flag)
 

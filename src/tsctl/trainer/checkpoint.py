@@ -2,7 +2,9 @@
 
 The trainer state holds the optimiser, scheduler and RNG states and the step, so a resumed run
 continues bit for bit. A checkpoint is written into a temp folder and renamed when complete, so a
-process killed while saving leaves no folder that :func:`latest_checkpoint` would pick up.
+process killed while saving leaves no folder that :func:`latest_checkpoint` would pick up (the
+temp folder ``.step-N.*.tmp`` is deleted when the run is next opened, see :mod:`tsctl.run_lock`).
+A full disk raises :class:`tsctl.atomic.WriteError` and leaves the older checkpoints as they were.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tsctl import atomic
+from tsctl import atomic, faults
 
 STATE_FILE = "trainer_state.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -37,12 +39,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(folder: Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: dict[str, Any]) -> Path:
     """Write ``folder/step-<step>`` atomically; ``state`` holds optimiser/scheduler/RNG/extra state."""
-    final = folder / f"step-{step}"
+    final = checkpoint_path(folder, step)
     with atomic.staged_dir(final) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        torch.save({"step": step, **state}, tmp / STATE_FILE)
+        faults.hit("checkpoint-partial")
+        with open(tmp / STATE_FILE, "wb") as handle:  # a file object: a full disk raises OSError(ENOSPC), not "unexpected pos"
+            torch.save({"step": step, **state}, handle)
     return final
+
+
+def checkpoint_path(folder: Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives (or would)."""
+    return folder / f"step-{step}"
 
 
 def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:

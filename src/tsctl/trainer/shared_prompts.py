@@ -44,11 +44,24 @@ def prompt_groups(input_ids: torch.Tensor, prompt_lengths: torch.Tensor) -> tupl
     return list(unique), torch.tensor(index, dtype=torch.long, device=input_ids.device)
 
 
-def can_share_prompts(model: PreTrainedModel, prompts: list[tuple[int, ...]], rows: int) -> bool:
+def sliding_window(model: PreTrainedModel) -> int | None:
+    """The attention window of a model with sliding-window layers (Gemma 2/3, Mistral, ...), else None."""
+    config = model.config
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if not window or (layer_types is not None and "sliding_attention" not in layer_types):
+        return None
+    return int(window)
+
+
+def can_share_prompts(model: PreTrainedModel, prompts: list[tuple[int, ...]], rows: int, longest: int = 0) -> bool:
     """Whether :func:`shared_prompt_hidden` applies and saves work: a mask-taking attention, fewer
-    distinct prompts than rows, every prompt at least two tokens long."""
+    distinct prompts than rows, every prompt at least two tokens long, and no row of ``longest``
+    tokens reaching past a sliding attention window (the explicit mask here has no window)."""
     attention = getattr(model.config, "_attn_implementation", "eager")
-    return attention in ("eager", "sdpa") and len(prompts) < rows and min(len(p) for p in prompts) >= 2
+    window = sliding_window(model)
+    fits = window is None or longest <= window
+    return attention in ("eager", "sdpa") and len(prompts) < rows and min(len(p) for p in prompts) >= 2 and fits
 
 
 def shared_prompt_hidden(

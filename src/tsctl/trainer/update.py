@@ -3,8 +3,9 @@
 The batch is shuffled once per epoch and split into ``trainer.mini_batches`` near-equal mini-batches
 covering every row (sizes differ by at most one, e.g. 10 rows in 4 give 3, 3, 2, 2: dynamic sampling
 may return a batch that does not divide; fewer rows than mini-batches give one row each); each is one
-optimiser step with its own token normaliser. A mini-batch may be split into micro-batches of
-``trainer.micro_batch_size`` rows whose losses are summed: every loss divides by the whole
+optimiser step with its own token normaliser. A mini-batch may be split into micro-batches of at most
+``trainer.micro_batch_size`` rows and ``trainer.micro_batch_tokens`` padded tokens
+(:mod:`tsctl.trainer.micro_batches`) whose losses are summed: every loss divides by the whole
 mini-batch's normaliser, so the split changes neither the loss nor the gradient.
 
 Seed-prefix tokens take their dual-clip constant from ``algo.prefix_clip_c``
@@ -13,6 +14,9 @@ suffix and plain tokens only: it estimates the KL from tokens sampled by the cur
 prefix tokens were sampled by pi_b. Its sum still divides by the mini-batch's token normaliser, so
 each token's KL weighs as much as its policy term. Each mini-batch passes the non-finite guard
 (:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step.
+
+Forwards run under autocast to ``model.compute_dtype`` (bf16 on CUDA by default) while the
+parameters, their gradients and AdamW's state stay float32 (:mod:`tsctl.models.precision`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from transformers import PreTrainedModel
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.schema import TsctlConfig
+from tsctl.models.precision import autocast, compute_dtype
 from tsctl.trainer.batch import RolloutBatch, forward_tokens, response_logprobs
+from tsctl.trainer.micro_batches import micro_batches
 from tsctl.trainer.nonfinite import NonFiniteGuard
 from tsctl.trainer.samples import PREFIX
 
@@ -56,22 +62,26 @@ def policy_update(
     prefix_clip_c = al.prefix_clip_c if cfg.ratio > 0 else None
     metrics = MetricSums()
     B = len(batch)
+    device = batch.device
+    compute = compute_dtype(cfg, model)
+    lengths = batch.attention_mask.sum(1).tolist()
     model.train()
     for _ in range(tr.epochs):
         order = torch.randperm(B, generator=generator)
         for m, rows in enumerate(torch.tensor_split(order, min(tr.mini_batches, B))):
-            token_norm, seq_norm = loss_norms(loss_mask[rows])
-            micro = tr.micro_batch_size or len(rows)
+            token_norm, seq_norm = loss_norms(loss_mask[rows.to(device)])
             optimizer.zero_grad(set_to_none=True)
-            pending, loss_sum = MetricSums(), torch.zeros(())
-            for start in range(0, len(rows), micro):
-                idx = rows[start : start + micro]
+            pending, loss_sum = MetricSums(), torch.zeros((), device=device)
+            for idx in micro_batches(rows, lengths, tr.micro_batch_size, tr.micro_batch_tokens):
+                idx = idx.to(device)
                 sub = batch.rows(idx)
                 T = sub.resp_mask.shape[1]
                 mask, old = loss_mask[idx][:, :T], old_logprobs[idx][:, :T]
-                logprobs, entropy = response_logprobs(
-                    model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0, share_prompts=tr.share_prompts
-                )
+                with autocast(device, compute):
+                    logprobs, entropy = response_logprobs(
+                        model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0,
+                        share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib,
+                    )
                 loss, token_metrics = loss_fn(
                     logprobs, old, sub.advantages, mask,
                     clip_low=al.clip_low, clip_high=al.clip_high,
@@ -100,6 +110,7 @@ def policy_update(
                 metrics.add("grad_norm", grad_norm.detach(), 1)
             else:
                 optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=True)  # no gradient memory held while the engine generates
     if tr.nonfinite == "skip":
         metrics.add("nonfinite_skips", guard.skipped_this_step, 1)
     model.eval()

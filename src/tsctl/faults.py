@@ -1,0 +1,36 @@
+"""Fault injection for the kill-and-resume tests: SIGKILL this process at an exact point.
+
+``TSCTL_KILL_AT=<point>:<n>`` kills the process (SIGKILL, no cleanup, as the OOM killer or a
+scheduler would) the ``n``-th time the code reaches :func:`hit` with that point's name. Unset (the
+normal case) :func:`hit` returns at once. Points:
+
+- ``shard-written``: a shard file is in place, its ``.sha256`` not yet (``seeds/shards.py``);
+- ``checkpoint-partial``: a checkpoint's weights are in its temp folder, its trainer state not yet
+  (``trainer/checkpoint.py``);
+- ``step-logged``: a step's metrics line is written, its checkpoint (if any) not yet (``train.py``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+
+ENV = "TSCTL_KILL_AT"
+
+_hits: collections.Counter[str] = collections.Counter()
+
+
+def hit(point: str) -> None:
+    """Count one passage through ``point``; SIGKILL the process on the passage ``TSCTL_KILL_AT`` names."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    name, _, count = spec.rpartition(":")
+    if not name or not count.isdigit() or int(count) < 1:
+        raise ValueError(f"{ENV}={spec!r}: expected <point>:<n> with n >= 1, e.g. shard-written:1")
+    if name != point:
+        return
+    _hits[point] += 1
+    if _hits[point] == int(count):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,43 @@
+"""The frozen KL reference model (``algo.kl_coef > 0``): where it lives and how its log-probs are computed.
+
+It is a second full copy of the initial model. ``algo.ref_placement`` chooses its place:
+
+- ``policy``: on the policy's device, like the policy (fastest; a second copy in GPU memory);
+- ``cpu``: kept and run on the CPU (no GPU memory; its one forward per step runs on the CPU);
+- ``offload``: kept on the CPU and moved to the policy's device for its forward, then back (GPU
+  memory only during that forward; a host-to-device copy of the weights per step).
+
+Its log-probs always come back on the policy's device, where the update uses them.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from tsctl.config.schema import TsctlConfig
+from tsctl.models.loading import load_model
+from tsctl.models.precision import model_device
+from tsctl.trainer import pi_old
+from tsctl.trainer.batch import RolloutBatch
+
+
+def load_reference(cfg: TsctlConfig, path: str) -> PreTrainedModel | None:
+    """The reference model from ``path`` (eval mode, no grad) per ``algo.ref_placement``; None when ``kl_coef`` is 0."""
+    if cfg.algo.kl_coef <= 0:
+        return None
+    device = "cpu" if cfg.algo.ref_placement in ("cpu", "offload") else cfg.model.device
+    model = load_model(path, cfg.model.dtype, device)[0].eval()
+    model.requires_grad_(False)
+    return model
+
+
+def reference_logprobs(ref: PreTrainedModel, batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
+    """No-grad log-probs [B, T] of ``batch`` under ``ref``, on the batch's device."""
+    if cfg.algo.ref_placement == "offload" and model_device(ref) != batch.device:
+        ref.to(batch.device)
+        try:
+            return pi_old.recompute_for(cfg, ref, batch, entropy=False)[0]
+        finally:
+            ref.to("cpu")
+    return pi_old.recompute_for(cfg, ref, batch.to(model_device(ref)), entropy=False)[0].to(batch.device)

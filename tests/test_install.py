@@ -1,0 +1,61 @@
+"""Install files agree: pyproject's extras, the Dockerfile, .dockerignore, .ci/run and the README's commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+if not (ROOT / "Dockerfile").is_file():  # inside the image: its build context leaves these files out
+    pytest.skip("the Dockerfile and .ci/run are not in this tree", allow_module_level=True)
+tomllib = pytest.importorskip("tomllib")
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def requirement(group: list[str], name: str) -> Requirement:
+    return next(r for r in map(Requirement, group) if r.name == name)
+
+
+def test_torch_is_pinned_by_the_cpu_extra_only_and_vllm_by_the_gpu_extra():
+    extras = PYPROJECT["optional-dependencies"]
+    base_torch = requirement(PYPROJECT["dependencies"], "torch")
+    assert "2.13.0" in base_torch.specifier and "2.14.0" in base_torch.specifier  # the CPU pin and vLLM 0.34's own torch
+    assert str(requirement(extras["cpu"], "torch").specifier) == "==2.13.0"
+    vllm = requirement(extras["gpu"], "vllm")
+    assert {"0.33.0", "0.34.0"} <= set(vllm.specifier.filter(["0.32.0", "0.33.0", "0.34.0", "0.35.0"]))
+    assert not set(vllm.specifier.filter(["0.32.0", "0.35.0"]))
+
+
+def test_the_dockerfile_installs_the_pinned_vllm_and_the_dependencies_before_the_source():
+    version = re.search(r"^ARG VLLM_VERSION=(\S+)$", DOCKERFILE, re.M).group(1)
+    assert version in requirement(PYPROJECT["optional-dependencies"]["gpu"], "vllm").specifier
+    assert "FROM vllm/vllm-openai:v${VLLM_VERSION}" in DOCKERFILE
+    deps = DOCKERFILE.index("uv pip install --system -r requirements.txt")
+    assert DOCKERFILE.index("COPY pyproject.toml") < deps < DOCKERFILE.index("COPY src") < DOCKERFILE.index("--no-deps .")
+    assert "extras['gpu'] + extras['dev']" in DOCKERFILE  # the dependency list is read from pyproject.toml
+
+
+def test_the_image_runs_as_a_user_with_an_hf_cache_volume_and_has_a_test_stage():
+    users = re.findall(r"^USER (\S+)$", DOCKERFILE, re.M)
+    assert users and all(u.split(":")[0] not in ("0", "root") for u in users)
+    hf_home = re.search(r"HF_HOME=(\S+)", DOCKERFILE).group(1)
+    assert re.search(rf'^VOLUME \[.*"{re.escape(hf_home)}"', DOCKERFILE, re.M)
+    test_stage = DOCKERFILE[DOCKERFILE.index("AS test") :]
+    assert "COPY --chown=10001:10001 tests" in test_stage and "python3 -m pytest" in test_stage
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", "runs", "**/__pycache__", "bench"} <= set(ignored) and "tests" not in ignored and "src" not in ignored
+
+
+def test_ci_runs_exactly_the_readmes_install_and_test_commands():
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m ")]
+    assert ci == ['python -m pip install --quiet -e ".[cpu,dev]"', "python -m pytest -q"]
+    setup = README[README.index("## Set up and run") :]
+    assert re.search(r'^pip install -e "\.\[cpu,dev\]"', setup, re.M)
+    assert "\npython -m pytest -q\n" in setup
+    gpu = README[README.index("### GPU install") :]
+    assert 'pip install -e ".[gpu]"' in gpu and "docker build --target test" in gpu
