@@ -4,8 +4,8 @@ Needs only torch, transformers and what tsctl's train step imports (numpy, pyarr
 Hydra, no model hub, no vLLM, no download. It builds a random-init model shaped like Qwen2.5-0.5B
 (24 layers, width 896, 14 heads / 2 key-value heads, vocabulary 151,936, tied embeddings) and a
 character tokenizer padded to that vocabulary (``tsctl.models.tokenizer``), saves both to a
-temporary folder, then runs tsctl's own train step (:func:`tsctl.train.train_step`, with the seed
-bank, the ``hf`` engine and the policy set up by :func:`tsctl.train.load_policy`) for a few
+temporary folder, then runs tsctl's own train step (:func:`tsctl.stages.train.train_step`, with the seed
+bank, the ``hf`` engine and the policy set up by :func:`tsctl.trainer.optim.load_trainable`) for a few
 ``ratio=25`` steps: fp32 master weights, bf16 autocast, gradient checkpointing, token-budget
 micro-batches, pi_old recomputed (so the engine-vs-trainer log-prob gap is measured every step).
 
@@ -68,14 +68,16 @@ from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from tsctl.config.schema import TsctlConfig  # noqa: E402
 from tsctl.engines.factory import build_engine  # noqa: E402
+from tsctl.io.shards import read_shard  # noqa: E402
 from tsctl.models.precision import compute_dtype  # noqa: E402
 from tsctl.models.prompts import PromptFormatter  # noqa: E402
 from tsctl.models.tokenizer import build_char_tokenizer  # noqa: E402
 from tsctl.seeds.bank import SeedBank  # noqa: E402
-from tsctl.seeds.shards import read_shard  # noqa: E402
+from tsctl.stages.train import train_step  # noqa: E402
 from tsctl.tasks.base import Problem  # noqa: E402
 from tsctl.tasks.registry import build_task  # noqa: E402
-from tsctl.train import load_policy, make_optimizer, train_step  # noqa: E402
+from tsctl.trainer.context import StepContext  # noqa: E402
+from tsctl.trainer.optim import load_trainable, make_optimizer  # noqa: E402
 
 SIZES: dict[str, dict[str, int]] = {
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936),
@@ -205,7 +207,7 @@ def peak_memory_gib(device: str) -> float:
 
 def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work: Path, started: float, policy=None) -> dict[str, Any]:
     """Train ``cfg.trainer.steps`` steps with tsctl's train step; return what the JSON reports."""
-    model, tokenizer = policy if policy is not None else load_policy(cfg, cfg.model.path)
+    model, tokenizer = policy if policy is not None else load_trainable(cfg, cfg.model.path)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
     task = CoinTask(build_task(cfg.task))
     problems = list(task.problems("train"))
@@ -213,6 +215,7 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
     optimizer, scheduler = make_optimizer(cfg, model)
     seeds = SeedBank(work / f"seeds-{cfg.engine.name}", cfg, formatter, task, problems, work / f"checkpoints-{cfg.engine.name}", cfg.model.path)
     rollouts = work / f"rollouts-{cfg.engine.name}"
+    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds=seeds, rollouts_dir=rollouts)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     peak, peak_source, measured = peak_tflops(args.device)
     if args.device == "cuda":
@@ -224,7 +227,7 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
             break  # another step would overrun the budget (the steps after a refresh cost about the same)
         t0 = time.perf_counter()
         seeds.prepare(step, model, engine)
-        record = train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, None, rollouts)
+        record = train_step(step, ctx)
         shard = read_shard(rollouts / f"step-{step + 1:06d}.parquet", "rollout").table.to_pydict()
         rows = [(len(p), len(r)) for p, r in zip(shard["prompt_ids"], shard["response_ids"])]
         flops = update_flops(model_info, rows) * cfg.trainer.epochs

@@ -22,11 +22,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from tsctl.report import report
-from tsctl.report.compare import compare, summarize
-from tsctl.report.points import Point, Run, find_runs, group_points, tail
-from tsctl.report.tables import comparison_rows, notes, table_rows
-from tsctl.stats import paired_difference, verdict
+from tsctl.stages.report import report
+from tsctl.stages.report.compare import compare, summarize
+from tsctl.stages.report.points import Point, Run, find_runs, group_points, tail
+from tsctl.stages.report.tables import comparison_rows, notes, table_rows
+from tsctl.stages.report.stats import paired_difference, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tsctl
 
-from tsctl.ablate import ablate, expand, sweep_name
+from conftest import tsctl
 from tsctl.config.errors import ConfigError
-from tsctl.runs import open_run
+from tsctl.io.runs import open_run
+from tsctl.stages.ablate import ablate, expand, sweep_name
 
 PLOTS = ("reward_accuracy.png", "entropy_by_position.png", "clip_by_position.png", "passk.png")
 
@@ -59,8 +59,8 @@ def test_a_failing_point_is_recorded_and_the_others_are_kept(tmp_path, monkeypat
         run.set_status("completed")
         return run
 
-    monkeypatch.setattr("tsctl.train.train", fake_train)
-    monkeypatch.setattr("tsctl.ablate.final_eval", lambda cfg, run: {"step": 1, "greedy_accuracy": 0.5, "pass@1": 0.4})
+    monkeypatch.setattr("tsctl.stages.train.train", fake_train)
+    monkeypatch.setattr("tsctl.stages.ablate.final_eval", lambda cfg, run: {"step": 1, "greedy_accuracy": 0.5, "pass@1": 0.4})
     folder, failed = ablate([f"runs_dir={tmp_path}", "model=micro", "ratio=0,50", "name=s"])
     assert folder == tmp_path / "default" / "s" and failed == ["ratio=50"]
     assert json.loads((folder / "ratio=50" / "manifest.json").read_text())["error"] == "RuntimeError: diverged"

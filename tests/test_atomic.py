@@ -13,10 +13,10 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-from tsctl import atomic
-from tsctl.report.points import run_status
-from tsctl.run_lock import RunBusy, RunLock, clean_temp, is_held
-from tsctl.trainer.checkpoint import STATE_FILE
+from tsctl.io import atomic
+from tsctl.io.checkpoints import STATE_FILE
+from tsctl.io.run_lock import RunBusy, RunLock, clean_temp, is_held
+from tsctl.stages.report.points import run_status
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_clean_temp_removes_what_killed_writers_left_but_not_eval_or_real_files(
 
 
 def test_kill_seam_sigkills_at_the_named_hit_only():
-    code = "from tsctl import faults\nfor i in range(3):\n    faults.hit('b'); faults.hit('a'); print(i, flush=True)"
+    code = "from tsctl.io import faults\nfor i in range(3):\n    faults.hit('b'); faults.hit('a'); print(i, flush=True)"
     env = {**os.environ, "TSCTL_KILL_AT": "a:2"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL and proc.stdout == "0\n"

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import micro_args
 from typer.testing import CliRunner
 
+from conftest import micro_args
 from tsctl.cli import app
-from tsctl.config.compose import compose_config
+from tsctl.io.run_lock import RunLock
 from tsctl.models.builtin import builtin_dir
-from tsctl.run_lock import RunLock
+from tsctl.stages.compose import compose_config
 
 pytestmark = pytest.mark.slow
 
@@ -211,7 +211,7 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(setup, mo
                 return real_save(obj, full, *rest, **kwargs)
         return real_save(obj, handle, *rest, **kwargs)
 
-    monkeypatch.setattr("tsctl.trainer.checkpoint.torch.save", save_on_a_full_disk)
+    monkeypatch.setattr("tsctl.io.checkpoints.torch.save", save_on_a_full_disk)
     result = runner.invoke(app, args)
     lines = result.output.splitlines()
     assert result.exit_code == 2 and "Traceback" not in result.output
@@ -219,6 +219,6 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(setup, mo
     assert saved and snapshot(run / "checkpoints" / "step-2") == saved
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]
     assert json.loads((run / "manifest.json").read_text())["status"] == "failed"
-    monkeypatch.setattr("tsctl.trainer.checkpoint.torch.save", real_save)  # space freed
+    monkeypatch.setattr("tsctl.io.checkpoints.torch.save", real_save)  # space freed
     assert runner.invoke(app, [*args, "resume=true"]).exit_code == 0
     assert json.loads((run / "manifest.json").read_text())["status"] == "completed"

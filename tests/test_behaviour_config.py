@@ -1,10 +1,10 @@
 """Validation of the behaviour-pool and seed-source keys: one line naming the key and the fix."""
 
 import pytest
-from conftest import tsctl
 
-from tsctl.config.compose import compose_config
+from conftest import tsctl
 from tsctl.config.errors import ConfigError
+from tsctl.stages.compose import compose_config
 
 
 @pytest.mark.parametrize(

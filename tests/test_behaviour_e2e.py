@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import tsctl
 
+from conftest import tsctl
+from tsctl.config.schema import TinyModelConfig
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
-from tsctl.config.schema import TinyModelConfig
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,7 @@ def test_bandit_pool_sigkill_then_resume_gives_the_same_arm_choices_and_metrics(
 
 @pytest.mark.parametrize("mode", ["exclude", "cap"])
 def test_trace_seeds_train_under_each_ratio_rule(micro, tmp_path, mode):
-    from tsctl.config.compose import compose_config
+    from tsctl.stages.compose import compose_config
     from tsctl.tasks.registry import build_task
 
     task = build_task(compose_config(micro[2:]).cfg.task)

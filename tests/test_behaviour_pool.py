@@ -7,14 +7,15 @@ import torch
 from safetensors.torch import load_file
 
 from tsctl.config.schema import TinyModelConfig
+from tsctl.models.samples import Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.arm_log import ArmLog
-from tsctl.seeds.attribution import arm_of, arm_rewards, attribution_metrics, pow2_bin, source_of
+from tsctl.seeds.attribution import arm_rewards, attribution_metrics, pow2_bin
+from tsctl.seeds.base import arm_of, source_of
 from tsctl.seeds.behaviour import _interleave
 from tsctl.seeds.pool import BehaviourPool, probe_problems
 from tsctl.tasks.base import Problem
-from tsctl.trainer.samples import Sample
 
 TINY = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=64)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
+from tsctl.stages.compose import compose_config
 
 
 def test_defaults_compose_to_the_documented_values():

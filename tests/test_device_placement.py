@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from simulated_device import DEVICE, DeviceMismatch, OnDevice, SimulatedDevice, to_device
 
-from tsctl.config.compose import compose_config
+from simulated_device import DEVICE, DeviceMismatch, OnDevice, SimulatedDevice, to_device
 from tsctl.engines.hf import HFEngine
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.bank import SeedBank
+from tsctl.stages.compose import compose_config
+from tsctl.stages.train import train_step
 from tsctl.tasks.registry import build_task
-from tsctl.train import lr_lambda, train_step
+from tsctl.trainer.context import StepContext
+from tsctl.trainer.optim import lr_lambda
 from tsctl.trainer.reference import reference_logprobs
 
 BASE = [
@@ -58,7 +60,7 @@ def run_step(tmp_path, overrides: list[str], placement: str = "policy") -> tuple
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
         seeds = SeedBank(tmp_path / "seeds", cfg, formatter, task, problems, tmp_path / "checkpoints", "unused")
         seeds.prepare(0, model, engine)
-        record = train_step(0, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref)
+        record = train_step(0, StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref))
         after = {k: v.data_cpu.clone() for k, v in model.state_dict().items()}
         assert mode.ops_on_device > 1000  # the step really ran on the simulated device
     return record, before, after
@@ -85,8 +87,8 @@ def test_the_reference_model_is_offloaded_between_forwards(tmp_path):
     cfg = compose_config([*BASE, "algo.ref_placement=offload"]).cfg
     tokenizer = build_char_tokenizer()
     ref = build_tiny_model(cfg.model.tiny, tokenizer, seed=0).eval()
-    from tsctl.trainer.batch import pack
-    from tsctl.trainer.samples import Sample
+    from tsctl.models.batch import pack
+    from tsctl.models.samples import Sample
 
     samples = [Sample(group=0, prompt_id="p", prompt_ids=[5, 6, 7], generated_ids=[8, 9], generated_logprobs=[0.0, 0.0], finished=True)] * 2
     cpu_batch = pack(samples, torch.zeros(2), 0)

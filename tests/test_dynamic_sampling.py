@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from tsctl.config.compose import compose_config
-from tsctl.engines.base import Completion, SamplingParams
+from tsctl.engines.base import Completion
+from tsctl.stages.compose import compose_config
 from tsctl.tasks.base import Problem
-from tsctl.train import rollout
-from tsctl.trainer.schedule import extra_prompts, step_prompts
+from tsctl.tasks.schedule import extra_prompts, step_prompts
+from tsctl.trainer.context import StepContext
+from tsctl.trainer.rollout import sample_groups
 
 N = 4
 
@@ -39,7 +40,9 @@ def problems_with(mixed: set[int], count: int = 60) -> list[Problem]:
 
 def run(problems, rounds: int = 3, batch_size: int = 4):
     cfg = compose_config([f"trainer.batch_size={batch_size}", f"trainer.n={N}", "algo.dynamic_sampling=true", f"algo.max_resample_rounds={rounds}"]).cfg
-    return rollout(0, cfg, AlternatingEngine(), DigitFormatter(), MixedOnlyTask(), problems, None, SamplingParams(seed=1))
+    # The rollout reads no model, optimiser or scheduler.
+    ctx = StepContext(cfg, None, AlternatingEngine(), DigitFormatter(), MixedOnlyTask(), problems, None, None)
+    return sample_groups(0, ctx)
 
 
 def groups_of(samples) -> dict[int, list]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from fakes.qwen import qwen_like_tokenizer, save_qwen_folder, tiny_qwen2
-from tsctl.config.compose import compose_config
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.hf import HFEngine
 from tsctl.models.prompts import PromptFormatter, end_token_ids
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.generate import seed_columns
+from tsctl.stages.compose import compose_config
 from tsctl.tasks.registry import build_task
 
 EOT, IM_START, IM_END = 256, 257, 258

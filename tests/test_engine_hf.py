@@ -9,8 +9,10 @@ from transformers.cache_utils import Cache
 
 from tsctl.config.schema import EngineConfig
 from tsctl.engines.base import Request, SamplingParams
+from tsctl.engines.decode_attention import decode_attention
 from tsctl.engines.factory import build_engine
-from tsctl.engines.hf import HFEngine, decode_attention, inverse_cdf_sample, top_p_filter
+from tsctl.engines.hf import HFEngine
+from tsctl.engines.sampling import inverse_cdf_sample, top_p_filter
 
 PAD, EOS, VOCAB = 0, 2, 50
 PROMPTS = [[5, 9, 11], [7, 3, 8, 21, 30, 4, 17], [12], [40, 41, 42, 43, 44]]
@@ -266,7 +268,7 @@ def test_inverse_cdf_sampling_follows_the_probabilities():
 def test_factory_builds_hf_and_rejects_unknown_names(model):
     engine = build_engine(EngineConfig(name="hf", batch_size=7), model, end_ids=EOS, pad_id=PAD)
     assert isinstance(engine, HFEngine) and engine.batch_size == 7
-    with pytest.raises(ValueError, match="valid engines: hf, vllm"):
+    with pytest.raises(ValueError, match="unknown engine .sglang.; valid: hf, vllm"):
         build_engine(EngineConfig(name="sglang"), model, end_ids=EOS, pad_id=PAD)
 
 

@@ -15,13 +15,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fakes import vllm as fake_vllm
 from fakes.qwen import save_qwen_folder
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.factory import build_engine
 from tsctl.engines.hf import HFEngine
 from tsctl.engines.vllm import VLLMEngine, build_prompts, build_sampling_params, to_completion
 from tsctl.models.prompts import PromptFormatter
+from tsctl.stages.compose import compose_config
 
 EOT, IM_START, IM_END = 256, 257, 258
 

@@ -19,20 +19,20 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import SHARED_DATA
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TinyModelConfig
-from tsctl.evaluate import evaluate
 from tsctl.evaluation import scores
+from tsctl.evaluation.scoring import Scored
 from tsctl.evaluation.suites import load_suites
 from tsctl.evaluation.targets import resolve_model, resolve_targets
+from tsctl.io.runs import RunError
+from tsctl.io.shards import read_shard
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
-from tsctl.runs import RunError
-from tsctl.scoring import Scored
-from tsctl.seeds.shards import read_shard
+from tsctl.stages.compose import compose_config
+from tsctl.stages.eval import evaluate
+from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.records import DataError
-from tsctl.train import base_model_path
 
 SMALL = ["eval.k=4", "eval.pass_k=[1,2,4]", "eval.limit=8"]
 RESULT_KEYS = {
@@ -117,7 +117,7 @@ def test_checkpoints_are_chosen_by_step_and_results_placed_beside_them(micro: li
     run = fake_run(tmp_path / "run", model, [1, 2])
 
     def targets(*overrides: str):
-        return resolve_targets(compose_config([*micro, *overrides]).cfg)
+        return resolve_targets(compose_config([*micro, *overrides]).cfg, base_model_path)
 
     assert [t.step for t in targets(f"eval.checkpoint={run}")] == [2]
     assert [(t.label, t.out_dir) for t in targets(f"eval.checkpoint={run}", "eval.step=all")] == [
@@ -135,9 +135,9 @@ def test_checkpoints_are_chosen_by_step_and_results_placed_beside_them(micro: li
     with pytest.raises(ConfigError, match="'eval.checkpoint'.*nowhere does not exist"):
         targets(f"eval.checkpoint={tmp_path / 'nowhere'}")
     cfg = compose_config(micro).cfg
-    assert resolve_model(cfg, str(run), "1", "shards").step == 1
+    assert resolve_model(cfg, str(run), "1", "shards", base_model_path).step == 1
     with pytest.raises(ConfigError, match="'shards.step'.*several checkpoints"):
-        resolve_model(cfg, str(run), "all", "shards")
+        resolve_model(cfg, str(run), "all", "shards", base_model_path)
 
 
 @pytest.mark.slow

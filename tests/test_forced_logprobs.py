@@ -7,7 +7,8 @@ import torch
 from test_engine_hf import EOS, PAD, PROMPTS, model, teacher_forced_logits  # noqa: F401 (model is a fixture)
 
 from tsctl.engines.base import Request, SamplingParams
-from tsctl.engines.hf import HFEngine, sample
+from tsctl.engines.hf import HFEngine
+from tsctl.engines.sampling import sample
 
 
 def constructed_logits() -> torch.Tensor:

@@ -8,13 +8,21 @@ import inspect
 import pytest
 import torch
 from transformers import (
-    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 from transformers.cache_utils import Cache
 
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.fused_decode import FusedDecoder
-from tsctl.engines.hf import HFEngine, _PreallocatedLayer
+from tsctl.engines.hf import HFEngine
+from tsctl.engines.kv_cache import PreallocatedLayer
 from tsctl.models.padding import left_pad, prefill_mask
 
 PAD, EOS, VOCAB = 0, 2, 50
@@ -49,7 +57,7 @@ def test_a_fused_step_equals_the_models_forward(name):
     prompts = [[5, 9, 11, 4], [7, 3], [12, 13, 14]]
     ids, real = left_pad(prompts, PAD, torch.device("cpu"))
     positions = (real.cumsum(1) - 1).clamp_min(0)
-    caches = [Cache(layer_class_to_replicate=functools.partial(_PreallocatedLayer, 10)) for _ in range(2)]
+    caches = [Cache(layer_class_to_replicate=functools.partial(PreallocatedLayer, 10)) for _ in range(2)]
     arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # older transformers name it past_key_values
     with torch.no_grad():
         for cache in caches:
@@ -119,7 +127,7 @@ def test_the_engine_decodes_through_the_fused_step_when_it_can(model_factory, mo
 
 
 def test_the_cache_buffer_doubles_up_to_its_capacity_and_keeps_what_it_holds():
-    layer = _PreallocatedLayer(capacity=11)
+    layer = PreallocatedLayer(capacity=11)
     first = torch.randn(2, 1, 3, 4)
     keys, _ = layer.update(first, first + 1)
     assert layer.size == 6 and torch.equal(keys, first)

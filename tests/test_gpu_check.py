@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tsctl.config.validate import validate
+from tsctl.stages.compose import check
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
 KEYS = {
@@ -58,7 +58,7 @@ def test_the_configs_it_runs_are_valid(device, monkeypatch):
     monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
     args = gpu_check.parse_args(["--device", device])
     for engine in ("hf", "vllm"):
-        cfg = validate(gpu_check.make_config(args, Path("model"), engine))
+        cfg = check(gpu_check.make_config(args, Path("model"), engine))
         assert (cfg.ratio, cfg.trainer.old_logprobs, cfg.engine.name) == (25.0, "recompute", engine)
     assert (args.size, args.steps) == (("0.5b", 4) if device == "cuda" else ("tiny", 2))
 

@@ -3,7 +3,7 @@
 Every killed run, resumed with ``resume=true`` (and maybe killed again), must end exactly as an
 uninterrupted run: the same metrics bit for bit (``time/*`` and ``*_tokens_per_s`` aside), the same
 seed shards and final weights byte for byte, status ``completed`` and no temp file left. The kill
-points come from the ``TSCTL_KILL_AT`` seam (:mod:`tsctl.faults`).
+points come from the ``TSCTL_KILL_AT`` seam (:mod:`tsctl.io.faults`).
 """
 
 import json
@@ -16,15 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import micro_args, tsctl
 from typer.testing import CliRunner
 
+from conftest import micro_args, tsctl
 from tsctl.cli import app
-from tsctl.config.compose import compose_config
-from tsctl.faults import ENV
-from tsctl.report.points import load_run
+from tsctl.io.checkpoints import STATE_FILE
+from tsctl.io.faults import ENV
 from tsctl.seeds.bank import SeedBank
-from tsctl.trainer.checkpoint import STATE_FILE
+from tsctl.stages.compose import compose_config
+from tsctl.stages.report.points import load_run
 
 SETTINGS = ["ratio=25", "refresh=2", "trainer.steps=4", "trainer.save_every=3", "trainer.keep_checkpoints=1"]
 """Seed windows 0..1 and 2..3; checkpoints at 2 (a window's first step), 3 (save_every) and 4 (the

@@ -5,15 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import (
-    CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-    GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM,
+    CohereConfig,
+    CohereForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GraniteConfig,
+    GraniteForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
 )
 
+from tsctl.models.batch import pack
 from tsctl.models.loading import ModelLoadError
 from tsctl.models.logits import known_head, logits_head
-from tsctl.trainer.batch import pack, response_logprobs
-from tsctl.trainer.samples import Sample
-from tsctl.trainer.shared_prompts import can_share_prompts
+from tsctl.models.logprobs import response_logprobs
+from tsctl.models.samples import Sample
+from tsctl.models.shared_prompts import can_share_prompts
 
 COMMON = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,

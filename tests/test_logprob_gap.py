@@ -7,17 +7,19 @@ import math
 import pytest
 import torch
 
-from tsctl.config.compose import compose_config
 from tsctl.engines.hf import HFEngine
+from tsctl.models.batch import pack
 from tsctl.models.prompts import PromptFormatter
+from tsctl.models.samples import Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.bank import SeedBank
+from tsctl.stages.compose import compose_config
+from tsctl.stages.train import train_step
 from tsctl.tasks.registry import build_task
-from tsctl.train import lr_lambda, train_step
-from tsctl.trainer.batch import pack
+from tsctl.trainer.context import StepContext
+from tsctl.trainer.optim import lr_lambda
 from tsctl.trainer.pi_old import engine_logprobs, logprob_gap
-from tsctl.trainer.samples import Sample
 
 
 def offset(j: int) -> float:
@@ -72,7 +74,7 @@ def test_the_gap_metrics_measure_a_known_engine_error(tmp_path):
         return drawn[-1]
 
     engine.generate = recording
-    record = train_step(0, cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, None)
+    record = train_step(0, StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds))
     # Rollout tokens only (the prefixes are pi_b's): each carries its offset, plus float noise.
     expected = [offset(j) for completions in drawn for c in completions for j in range(len(c.token_ids))]
     assert record["logprob_gap/abs_mean"] == pytest.approx(sum(map(abs, expected)) / len(expected), abs=2e-4)

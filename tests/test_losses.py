@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from tsctl.algo.losses import (
-    POLICY_LOSSES,
+    AGGREGATIONS,
+    clipped_objective,
     entropy_from_logits,
     get_policy_loss,
     kl_penalty_k3,
     loss_norms,
-    register_policy_loss,
     token_logprobs,
 )
 
@@ -184,11 +184,24 @@ def test_loss_norms_and_empty_batch():
 
 
 def test_registry():
-    assert {"dapo", "grpo"} <= set(POLICY_LOSSES)
-    with pytest.raises(ValueError, match=r"unknown policy loss 'ppo'.*'dapo'.*'grpo'"):
+    assert AGGREGATIONS.names() == ("dapo", "grpo")
+    with pytest.raises(ValueError, match=r"unknown policy loss 'ppo'; valid: dapo, grpo"):
         get_policy_loss("ppo")
     with pytest.raises(ValueError, match="already registered"):
-        register_policy_loss("dapo")(lambda *a, **k: None)
+        AGGREGATIONS.register("dapo")(lambda *a, **k: None)
+
+
+def test_dapo_and_grpo_share_the_clipped_objective_and_differ_in_aggregation():
+    logprobs, old, adv, mask = hand_batch()
+    per_token, _ = clipped_objective(logprobs, old, adv, **CLIPS, clip_c=3.0)
+    torch.testing.assert_close(per_token[mask].sum(), torch.tensor(ROW0 + ROW1_DUAL))
+    dapo, dapo_metrics = run("dapo", logprobs, old, adv, mask, clip_c=3.0)
+    grpo, grpo_metrics = run("grpo", logprobs, old, adv, mask, clip_c=3.0)
+    assert all(torch.equal(dapo_metrics[k], grpo_metrics[k]) for k in dapo_metrics)
+    # Token-mean over 7 loss tokens against the mean of the two rows' token-means (3 and 4 tokens).
+    assert dapo.item() == pytest.approx((ROW0 + ROW1_DUAL) / 7, abs=1e-6)
+    assert grpo.item() == pytest.approx((ROW0 / 3 + ROW1_DUAL / 4) / 2, abs=1e-6)
+    assert abs(dapo.item() - grpo.item()) > 0.1
 
 
 def test_bad_clip_c():

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tsctl
 from safetensors.torch import load_file
 from test_update import PAD, config, rows, run_update, tiny_model
 
-from tsctl.config.compose import compose_config
+from conftest import tsctl
 from tsctl.config.errors import ConfigError
+from tsctl.models.batch import pack
+from tsctl.stages.compose import compose_config
 from tsctl.trainer import update as update_module
-from tsctl.trainer.batch import pack
 from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
 
 
@@ -128,7 +128,7 @@ def assert_checkpoints_finite(run: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_a_nan_at_step_three_keeps_the_good_checkpoints_and_fails_the_run(micro, tmp_path, monkeypatch):
-    from tsctl.train import train
+    from tsctl.stages.train import train
 
     calls = []
     loss_fn = update_module.get_policy_loss("dapo")

@@ -3,19 +3,22 @@
 import pytest
 import torch
 
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
 from tsctl.engines.base import SamplingParams
 from tsctl.engines.hf import HFEngine
+from tsctl.engines.own_logprobs import uses_engine_logprobs
+from tsctl.models.batch import pack
+from tsctl.models.logprobs import recompute
 from tsctl.models.prompts import PromptFormatter
+from tsctl.models.samples import PREFIX
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.generate import seed_columns
+from tsctl.stages.compose import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
-from tsctl.trainer.batch import pack
-from tsctl.trainer.rollout import collect_groups, seeds_from_table
-from tsctl.trainer.samples import PREFIX
+from tsctl.trainer.rollout import collect_groups
 
 OVERRIDES = ["model=micro", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=16", "ratio=50", "truncation=fixed", "seeds.fraction=0.5"]
 
@@ -45,7 +48,7 @@ def test_engine_log_probs_and_entropies_equal_a_recompute(setup, temperature):
     assert any(s.seeded for s in samples) and any(not s.seeded for s in samples)
     batch = pack(samples, torch.zeros(len(samples)), fmt.pad_id)
     logprobs, entropy = pi_old.engine_stats(samples, batch)
-    expected_lp, expected_ent = pi_old.recompute(model, batch, temperature or 1.0, micro_batch_size=5)
+    expected_lp, expected_ent = recompute(model, batch, temperature or 1.0, micro_batch_size=5)
     generated = batch.resp_mask & (batch.source != PREFIX)
     torch.testing.assert_close(logprobs[generated], expected_lp[generated], atol=1e-4, rtol=0)
     # Entropies at every response token, prefix tokens included (those come from the engine's prefill).
@@ -57,8 +60,8 @@ def test_micro_batched_recompute_equals_the_whole_batch(setup):
     *_, fmt, _, _ = setup
     samples = mixed_samples(setup, 0.6)
     batch = pack(samples, torch.zeros(len(samples)), fmt.pad_id)
-    whole = pi_old.recompute(setup[1], batch, 0.6, micro_batch_size=0)
-    split = pi_old.recompute(setup[1], batch, 0.6, micro_batch_size=3)
+    whole = recompute(setup[1], batch, 0.6, micro_batch_size=0)
+    split = recompute(setup[1], batch, 0.6, micro_batch_size=3)
     for a, b in zip(whole, split):
         torch.testing.assert_close(a * batch.resp_mask, b * batch.resp_mask, atol=1e-5, rtol=0)
 
@@ -83,13 +86,13 @@ class NoStatsEngine:
 
 def test_auto_uses_the_engine_only_where_it_matches_the_trainer(setup):
     cfg, model, _, _, engine = setup
-    assert pi_old.from_engine(cfg, engine, model)
-    assert not pi_old.from_engine(cfg, NoStatsEngine(), model)
+    assert uses_engine_logprobs(cfg, engine, model)
+    assert not uses_engine_logprobs(cfg, NoStatsEngine(), model)
     nucleus = compose_config([*OVERRIDES, "engine.top_p=0.9"]).cfg
-    assert not pi_old.from_engine(nucleus, engine, model)
-    assert not pi_old.from_engine(cfg, engine, build_tiny_model(cfg.model.tiny, build_char_tokenizer(), seed=0).to(torch.bfloat16))
+    assert not uses_engine_logprobs(nucleus, engine, model)
+    assert not uses_engine_logprobs(cfg, engine, build_tiny_model(cfg.model.tiny, build_char_tokenizer(), seed=0).to(torch.bfloat16))
     recompute = compose_config([*OVERRIDES, "trainer.old_logprobs=recompute"]).cfg
-    assert not pi_old.from_engine(recompute, engine, model)
+    assert not uses_engine_logprobs(recompute, engine, model)
 
 
 @pytest.mark.parametrize("override", ["engine=vllm", "engine.top_p=0.9"])

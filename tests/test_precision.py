@@ -7,16 +7,17 @@ import torch
 from typer.testing import CliRunner
 
 from tsctl.cli import app
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.hf import HFEngine
+from tsctl.engines.own_logprobs import uses_engine_logprobs
+from tsctl.models.batch import old_logprobs, pack
+from tsctl.models.logprobs import recompute_for
 from tsctl.models.precision import autocast, require_fp32_master, resolve_compute_dtype
+from tsctl.models.samples import Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
-from tsctl.trainer import pi_old
-from tsctl.trainer.batch import old_logprobs, pack
-from tsctl.trainer.samples import Sample
+from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
 
 OVERRIDES = ["model=micro", "trainer=micro", "trainer.batch_size=2", "trainer.n=4", "trainer.mini_batches=1", "trainer.lr=1e-6", "trainer.warmup_steps=0"]
@@ -36,10 +37,10 @@ def one_update(model, overrides: list[str], hooks: dict | None = None) -> None:
     """One AdamW step of :func:`policy_update` at lr 1e-6 on a fixed batch."""
     cfg = compose_config([*OVERRIDES, *overrides]).cfg
     batch = batch_of_samples()
-    old, _ = pi_old.recompute_for(cfg, model, batch)
+    old, _ = recompute_for(cfg, model, batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.trainer.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), batch.resp_mask, cfg, torch.Generator().manual_seed(0))
+    policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), cfg, torch.Generator().manual_seed(0))
 
 
 def tiny(dtype: torch.dtype = torch.float32):
@@ -115,8 +116,8 @@ def test_the_hf_engine_samples_under_the_compute_dtype():
 def test_bf16_compute_makes_auto_recompute_pi_old():
     model = tiny()
     engine = HFEngine(model, end_ids=2, pad_id=0)
-    assert pi_old.from_engine(compose_config(["model=micro"]).cfg, engine, model)
-    assert not pi_old.from_engine(compose_config(["model=micro", "model.compute_dtype=bfloat16"]).cfg, engine, model)
+    assert uses_engine_logprobs(compose_config(["model=micro"]).cfg, engine, model)
+    assert not uses_engine_logprobs(compose_config(["model=micro", "model.compute_dtype=bfloat16"]).cfg, engine, model)
 
 
 def test_training_bf16_parameters_is_refused_with_the_fix(tmp_path):

@@ -10,10 +10,10 @@ from test_losses import verl_vanilla_token_mean
 from test_update import PAD, config, rows, run_update, tiny_model
 
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, loss_norms
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
-from tsctl.trainer.batch import old_logprobs, pack
-from tsctl.trainer.pi_old import recompute
+from tsctl.models.batch import old_logprobs, pack
+from tsctl.models.logprobs import recompute
+from tsctl.stages.compose import compose_config
 
 CLIPS = dict(clip_low=0.2, clip_high=0.28)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import tsctl
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
 from tsctl.config.store import conf_dir
+from tsctl.stages.compose import compose_config
 from tsctl.tasks.benchmarks import available_benchmarks
 
 PRESETS = sorted(p.stem for p in (conf_dir() / "preset").glob("*.yaml"))

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import tsctl
 
+from conftest import tsctl
 from tsctl.config.errors import ConfigError
-from tsctl.report import report
-from tsctl.report.compare import baseline_of, compare, default_baseline, summarize
-from tsctl.report.points import find_runs, group_points
+from tsctl.stages.report import report
+from tsctl.stages.report.compare import baseline_of, compare, default_baseline, summarize
+from tsctl.stages.report.points import find_runs, group_points
 
 STEPS = 10
 

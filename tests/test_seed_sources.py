@@ -8,18 +8,20 @@ import pytest
 import torch
 
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, loss_norms
-from tsctl.config.compose import compose_config
 from tsctl.config.errors import ConfigError
+from tsctl.models.batch import pack
+from tsctl.models.logprobs import recompute, response_logprobs
 from tsctl.models.prompts import PromptFormatter
+from tsctl.models.samples import PREFIX, Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.sources import ModelSource, TraceSource, check_tokenizer
-from tsctl.seeds.unknown_logprobs import ratio_inputs
+from tsctl.seeds.unknown_logprobs import ratio_denominators
+from tsctl.stages.compose import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
-from tsctl.trainer.batch import pack, response_logprobs
-from tsctl.trainer.rollout import seeds_from_table
-from tsctl.trainer.samples import PREFIX, Sample
+from tsctl.trainer.update import loss_mask
 
 BASE = ["model=micro", "task=arithmetic", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=16", "ratio=50", "truncation=fixed", "seeds.fraction=0.5"]
 
@@ -120,8 +122,8 @@ def trace_batch(policy):
 def test_trace_prefix_excluded_from_the_loss(policy):
     cfg, model, *_ = policy
     samples, batch = trace_batch(policy)
-    old, _ = pi_old.recompute(model, batch, 0.6, 0)
-    denominators, mask = ratio_inputs(old, batch, batch.resp_mask.clone(), cfg, model, engine_old=False)
+    old, _ = recompute(model, batch, 0.6, 0)
+    denominators, mask = ratio_denominators(old, batch, cfg, model, engine_old=False), loss_mask(batch, cfg)
     unknown = torch.zeros_like(batch.resp_mask)
     unknown[0, :3] = True
     assert torch.equal(mask, batch.resp_mask & ~unknown)
@@ -138,8 +140,8 @@ def test_trace_prefix_capped_ratio_starts_at_one_and_the_dual_clip_bounds_it(pol
     if engine_old:  # the engine's pi_old has no prefix log-probs: the trace's are recomputed
         old = pi_old.engine_stats([_with_entropies(s) for s in samples], batch)[0]
     else:
-        old = pi_old.recompute(model, batch, 0.6, 0)[0]
-    denominators, mask = ratio_inputs(old, batch, batch.resp_mask.clone(), cfg, model, engine_old)
+        old = recompute(model, batch, 0.6, 0)[0]
+    denominators, mask = ratio_denominators(old, batch, cfg, model, engine_old), loss_mask(batch, cfg)
     assert torch.equal(mask, batch.resp_mask)
     with torch.no_grad():
         now = response_logprobs(model, batch, 0.6)[0]
@@ -166,10 +168,10 @@ def test_without_trace_seeds_the_inputs_pass_unchanged(policy):
     samples, batch = trace_batch(policy)
     keep = [1, 2]
     batch = pack([samples[i] for i in keep], torch.tensor([1.0, 0.0]), policy[2].pad_id)
-    old = pi_old.recompute(model, batch, 0.6, 0)[0]
-    mask = batch.resp_mask.clone()
-    denominators, out_mask = ratio_inputs(old, batch, mask, cfg, model, engine_old=False)
-    assert out_mask is mask and torch.equal(denominators, torch.where(batch.source == PREFIX, batch.behaviour_logprobs, old))
+    old = recompute(model, batch, 0.6, 0)[0]
+    denominators = ratio_denominators(old, batch, cfg, model, engine_old=False)
+    assert torch.equal(loss_mask(batch, cfg), batch.resp_mask)
+    assert torch.equal(denominators, torch.where(batch.source == PREFIX, batch.behaviour_logprobs, old))
 
 
 def test_missing_traces_give_plain_samples_through_the_seed_table(policy, tmp_path):

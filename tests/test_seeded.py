@@ -9,11 +9,12 @@ import torch
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Completion, SamplingParams
+from tsctl.models.batch import pack
+from tsctl.models.samples import PLAIN, PREFIX, SUFFIX, Sample
+from tsctl.seeds.base import Seed
 from tsctl.tasks.base import Problem
-from tsctl.trainer.batch import pack
 from tsctl.trainer.rewards import sample_advantages
-from tsctl.trainer.rollout import Seed, collect_groups
-from tsctl.trainer.samples import PLAIN, PREFIX, SUFFIX, Sample
+from tsctl.trainer.rollout import collect_groups
 from tsctl.trainer.step_metrics import rollout_metrics
 
 

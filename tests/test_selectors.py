@@ -16,7 +16,7 @@ STATS = ArmStats(steps=[40, 30, 20], surprisal=[0.30, 0.41, 0.35], pulls=[10, 2,
 
 
 def test_the_registry_names_the_five_selectors():
-    assert list(SELECTORS) == ["latest", "oldest", "uniform", "max_entropy", "bandit"]
+    assert SELECTORS.names() == ("latest", "oldest", "uniform", "max_entropy", "bandit")
 
 
 def test_latest_and_oldest_pick_the_ends_of_the_pool_for_every_prompt():

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tsctl.seeds import shards
-from tsctl.seeds.shards import ShardError, checksum_path, read_shard, write_shard
+from tsctl.io import shards
+from tsctl.io.shards import ShardError, checksum_path, read_shard, write_shard
 
 
 def seed_columns(rows: int = 3) -> dict[str, list]:

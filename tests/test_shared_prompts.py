@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from tsctl.models.batch import pack
 from tsctl.models.logits import logits_head
-from tsctl.trainer.batch import forward_tokens, pack, response_logprobs
-from tsctl.trainer.pi_old import recompute
-from tsctl.trainer.samples import Sample
-from tsctl.trainer.shared_prompts import can_share_prompts, prompt_groups
+from tsctl.models.logprobs import forward_tokens, recompute, response_logprobs
+from tsctl.models.samples import Sample
+from tsctl.models.shared_prompts import can_share_prompts, prompt_groups
 
 PAD = 0
 

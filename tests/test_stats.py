@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from tsctl.stats import BETTER, SAME, WORSE, Comparison, Interval, mean_ci, paired_bootstrap, paired_difference, verdict
+from tsctl.stages.report.stats import BETTER, SAME, WORSE, Comparison, Interval, mean_ci, paired_bootstrap, paired_difference, verdict
 
 
 def test_mean_ci_matches_the_t_interval_by_hand():

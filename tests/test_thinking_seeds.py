@@ -6,17 +6,20 @@ import pytest
 import torch
 
 from tsctl.algo.losses import get_policy_loss, loss_norms
-from tsctl.config.compose import compose_config
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.base import SamplingParams
 from tsctl.engines.hf import HFEngine
+from tsctl.models.batch import old_logprobs, pack
+from tsctl.models.logprobs import response_logprobs
 from tsctl.models.prompts import PromptFormatter
+from tsctl.models.samples import PLAIN, PREFIX, SUFFIX, Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.seeds.base import seeded_count, seeds_from_table
 from tsctl.seeds.generate import seed_columns
+from tsctl.stages.compose import compose_config
 from tsctl.tasks.registry import build_task
-from tsctl.trainer.batch import old_logprobs, pack, response_logprobs
-from tsctl.trainer.rollout import collect_groups, seeded_count, seeds_from_table
-from tsctl.trainer.samples import PLAIN, PREFIX, SUFFIX, Sample
-from tsctl.engines.base import SamplingParams
+from tsctl.trainer.rollout import collect_groups
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +33,17 @@ def setup():
     return cfg, model, fmt, task, engine
 
 
+def counted(n: int, ratio: float) -> int:
+    cfg = TsctlConfig()
+    cfg.trainer.n, cfg.ratio = n, ratio
+    return seeded_count(cfg)
+
+
 def test_seeded_count_rounds_the_share_of_n():
-    assert [seeded_count(8, r) for r in (0, 25, 50, 100)] == [0, 2, 4, 8]
-    assert seeded_count(6, 25) == 2  # round(1.5) -> banker's 2
+    assert [counted(8, r) for r in (0, 25, 50, 100)] == [0, 2, 4, 8]
+    assert counted(6, 25) == 2  # round(1.5) -> banker's 2
+    assert counted(10, 25) == 2  # round(2.5) -> banker's 2
+    assert counted(8, 5) == 0  # round(0.4): a seeded run can seed no sample
 
 
 def test_prefix_ratio_is_one_when_pi_b_is_the_current_policy(setup):
@@ -104,7 +115,7 @@ def test_hand_computed_batch_mixing_prefix_suffix_and_plain_tokens():
 @pytest.mark.slow
 def test_seed_then_rollout_then_train_chain_through_the_cli(micro, tmp_path):
     from conftest import tsctl
-    from tsctl.seeds.shards import read_shard
+    from tsctl.io.shards import read_shard
 
     knobs = [*micro, "ratio=50", "refresh=2", "truncation=uniform", "trainer.save_rollouts=true"]
     tsctl("seed", *knobs)

@@ -8,9 +8,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tsctl.trainer.batch import pack, response_logprobs
-from tsctl.trainer.samples import Sample
-from tsctl.trainer.token_stats import chunk_positions, head_token_stats
+from tsctl.models.batch import pack
+from tsctl.models.logprobs import response_logprobs
+from tsctl.models.samples import Sample
+from tsctl.models.token_stats import chunk_positions, head_token_stats
 
 B, T, D, V = 3, 10, 16, 5000
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tsctl.config.compose import compose_config
-from tsctl.trainer import pi_old
+from tsctl.models.batch import old_logprobs, pack
 from tsctl.models.logits import logits_head
-from tsctl.trainer.batch import enable_activation_checkpointing, forward_tokens, old_logprobs, pack, response_logprobs
-from tsctl.trainer.micro_batches import micro_batches
-from tsctl.trainer.samples import Sample
+from tsctl.models.logprobs import enable_activation_checkpointing, forward_tokens, recompute, recompute_for, response_logprobs
+from tsctl.models.micro_batches import micro_batches
+from tsctl.models.samples import Sample
+from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
 
 RESPONSES = [[8, 9, 10, 11, 12, 13], [14], [15, 16, 17], [18, 19], [20, 21, 22, 23, 24, 25, 26, 27], [28, 29, 30], [31], [32, 33, 34, 35]]
@@ -52,12 +52,12 @@ def sgd_step(model, overrides: list[str]) -> list[torch.Tensor]:
     cfg = compose_config(["trainer=micro", "trainer.batch_size=2", "trainer.n=4", "trainer.mini_batches=1", "algo.entropy_coef=0.01",
                           "trainer.max_grad_norm=0", *overrides]).cfg
     b = batch()
-    old, _ = pi_old.recompute_for(cfg, model, b)
+    old, _ = recompute_for(cfg, model, b)
     old = old + 0.05 * torch.linspace(-1, 1, old.numel()).view_as(old)  # ratios away from 1: some clip
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    policy_update(model, optimizer, scheduler, b, old_logprobs(old, b), b.resp_mask, cfg, torch.Generator().manual_seed(0))
+    policy_update(model, optimizer, scheduler, b, old_logprobs(old, b), cfg, torch.Generator().manual_seed(0))
     delta = [p.detach() - q for p, q in zip(model.parameters(), before)]
     with torch.no_grad():
         for p, q in zip(model.parameters(), before):
@@ -105,7 +105,7 @@ def test_gradient_checkpointing_recomputes_layers_and_runs_whole_rows_only_with_
 def test_recompute_under_a_token_budget_puts_rows_back_in_order():
     model = tiny_model().eval()
     b = batch()
-    whole, whole_entropy = pi_old.recompute(model, b, 0.7)
-    split, split_entropy = pi_old.recompute(model, b, 0.7, micro_batch_tokens=20)
+    whole, whole_entropy = recompute(model, b, 0.7)
+    split, split_entropy = recompute(model, b, 0.7, micro_batch_tokens=20)
     torch.testing.assert_close(split[b.resp_mask], whole[b.resp_mask], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(split_entropy[b.resp_mask], whole_entropy[b.resp_mask], atol=1e-5, rtol=1e-5)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tsctl.config.registry import Registry
 from tsctl.config.schema import SeedsConfig
 from tsctl.seeds import truncation
 from tsctl.seeds.truncation import (
@@ -16,7 +17,6 @@ from tsctl.seeds.truncation import (
     choose_cut,
     cut_span,
     find_answer_start,
-    register_strategy,
     schedule_fraction,
 )
 
@@ -196,8 +196,8 @@ def test_schedule_strategy_shrinks_the_prefix() -> None:
 
 def test_unknown_names_list_the_valid_ones() -> None:
     rng = np.random.default_rng(0)
-    valid = "boundary, entropy, fixed, schedule, uniform"
-    with pytest.raises(ValueError, match=f"unknown truncation strategy 'random'; valid names: {valid}"):
+    valid = "fixed, uniform, boundary, entropy, schedule"
+    with pytest.raises(ValueError, match=f"unknown truncation strategy 'random'; valid: {valid}"):
         choose_cut("random", [5], CutContext(eos_id=EOS), SeedsConfig(), rng)
     with pytest.raises(ValueError, match="unknown seeds.schedule 'step'; valid names: cosine, linear"):
         choose_cut("schedule", [5], CutContext(eos_id=EOS), SeedsConfig(schedule="step"), rng)
@@ -205,8 +205,10 @@ def test_unknown_names_list_the_valid_ones() -> None:
 
 def test_registry_rejects_duplicates_and_bad_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="'fixed' is already registered"):
-        register_strategy("fixed")(lambda *args: 0)
-    monkeypatch.setitem(truncation._REGISTRY, "too_long", lambda ids, span, ctx, cfg, rng: span + 1)
+        STRATEGIES.register("fixed")(lambda *args: 0)
+    broken = Registry("truncation strategy")
+    broken.register("too_long")(lambda ids, span, ctx, cfg, rng: span + 1)
+    monkeypatch.setattr(truncation, "STRATEGIES", broken)
     with pytest.raises(ValueError, match="'too_long' returned cut 4 outside \\[0, 3\\]"):
         choose_cut("too_long", [5, 5, 5], CutContext(eos_id=EOS), SeedsConfig(), np.random.default_rng(0))
 

@@ -8,10 +8,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tsctl.config.schema import TsctlConfig
+from tsctl.models.batch import old_logprobs, pack
+from tsctl.models.logprobs import recompute
+from tsctl.models.samples import PREFIX, Sample
 from tsctl.trainer import update as update_module
-from tsctl.trainer.batch import old_logprobs, pack
-from tsctl.trainer.pi_old import recompute
-from tsctl.trainer.samples import PREFIX, Sample
 from tsctl.trainer.update import policy_update
 
 PAD = 0
@@ -67,7 +67,7 @@ def run_update(model, batch, cfg, lr=0.0, old=None, ref=None, shuffle_seed=0):
     if old is None:
         old = old_logprobs(recompute(model, batch, 1.0, 0)[0], batch)
     metrics = policy_update(
-        model, optimizer, scheduler, batch, old, batch.resp_mask.clone(), cfg,
+        model, optimizer, scheduler, batch, old, cfg,
         torch.Generator().manual_seed(shuffle_seed), ref,
     )
     return metrics, optimizer

@@ -15,13 +15,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fakes import vllm as fake_vllm
 from fakes.qwen import save_qwen_folder
-from tsctl.config.compose import Composed, compose_config
+from tsctl.config.compose import Composed
 from tsctl.engines import vllm_weights
 from tsctl.engines.factory import build_engine
-from tsctl.evaluate import evaluate
 from tsctl.models.prompts import PromptFormatter
+from tsctl.stages.compose import compose_config
+from tsctl.stages.eval import evaluate
+from tsctl.stages.train import train_step
 from tsctl.tasks.registry import build_task
-from tsctl.train import train_step
+from tsctl.trainer.context import StepContext
 
 IM_END = 258
 TASK = ["task=arithmetic", "task.train_size=200", "task.heldout_size=6", "task.arithmetic.max_terms=3"]
@@ -133,8 +135,9 @@ def test_a_train_step_sleeps_before_the_update_then_loads_resets_and_wakes(monke
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.trainer.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     before = {n: p.detach().clone() for n, p in model.state_dict().items()}
+    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler)
     for step in range(2):
-        record = train_step(step, cfg, model, engine, formatter, task, problems, optimizer, scheduler, None, None)
+        record = train_step(step, ctx)
         assert record["samples"] == cfg.trainer.batch_size * cfg.trainer.n
     calls = [e[0] if e[0] not in ("sleep", "wake_up") else e for e in engine.llm.events if e[0] != "rpc"]
     one_step = ["generate", ("sleep", 2), ("wake_up", ("weights",)), "load_weights", "reset_prefix_cache", ("wake_up", ("kv_cache",))]

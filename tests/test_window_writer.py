@@ -5,13 +5,13 @@ import copy
 import pytest
 import torch
 
-from tsctl.config.compose import compose_config
 from tsctl.engines.hf import HFEngine
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.behaviour import WindowWriter
 from tsctl.seeds.generate import seed_columns
+from tsctl.stages.compose import compose_config
 from tsctl.tasks.registry import build_task
 
 BASE = ["model=micro", "task=arithmetic", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=12", "ratio=50", "refresh=2", "seeds.probe_prompts=4", "seeds.probe_samples=2"]

@@ -9,9 +9,9 @@ import typer
 from omegaconf import OmegaConf
 from rich.markup import escape
 
-from tsctl.config.compose import Composed, compose_config
+from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
-from tsctl.progress import console
+from tsctl.io.progress import console
 
 KNOBS = """
 [bold]Overrides[/bold] are Hydra's KEY=VALUE after the command, e.g. [cyan]ratio=25 refresh=10 trainer.steps=50[/cyan].
@@ -49,10 +49,10 @@ CfgFlag = typer.Option(None, "--cfg", help="Print the resolved config ('job') an
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are a user's mistake (or the machine's: a full disk): printed as one line, never as a traceback."""
-    from tsctl.atomic import WriteError
+    from tsctl.io.atomic import WriteError
+    from tsctl.io.runs import RunError
+    from tsctl.io.shards import ShardError
     from tsctl.models.loading import ModelLoadError
-    from tsctl.runs import RunError
-    from tsctl.seeds.shards import ShardError
     from tsctl.tasks.records import DataError
     from tsctl.trainer.nonfinite import NonFiniteError
 
@@ -67,7 +67,7 @@ def _fail(err: BaseException) -> typer.Exit:
 
 def _guarded(action: Callable[[], object]) -> None:
     """Run ``action``; user errors, and a write that failed for a full disk or a read-only place, exit 2 with one line."""
-    from tsctl.atomic import write_error, write_problem
+    from tsctl.io.atomic import write_error, write_problem
 
     try:
         action()
@@ -96,6 +96,8 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
     """Compose the config, print it if asked, else run ``stage``; user errors exit 2 with one line."""
 
     def action() -> None:
+        from tsctl.stages.compose import compose_config  # the packages' registries: imported only to run a command
+
         composed = compose_config(quote_baseline(overrides or []))
         if cfg_flag:
             if cfg_flag != "job":
@@ -112,12 +114,9 @@ def warmup(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
     """Build the tiny built-in model and warm it up on the task's worked solutions (cached under runs/_models/)."""
 
     def stage(c: Composed) -> None:
-        import json
+        from tsctl.stages.warmup import warmup as run_warmup
 
-        from tsctl.models.builtin import WARMUP_REPORT, ensure_builtin
-
-        path = ensure_builtin(c.cfg, rebuild=rebuild)
-        report = json.loads((path / WARMUP_REPORT).read_text())
+        path, report = run_warmup(c.cfg, rebuild=rebuild)
         console.print(f"model: {path}\nheld-out greedy accuracy: {report['heldout_accuracy']:.3f} on {report['heldout_problems']} problems; warm-up {report['train_seconds']:.0f}s")
 
     _run(overrides, cfg, stage)
@@ -128,7 +127,7 @@ def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
     """Run the RL loop (DAPO; Thinking Seeds when ratio > 0) into runs/<experiment>/<name>/."""
 
     def stage(c: Composed) -> None:
-        from tsctl.train import train as run_train
+        from tsctl.stages.train import train as run_train
 
         run = run_train(c)
         console.print(f"run complete: {run.path}  (metrics in {run.metrics_file})")
@@ -141,7 +140,7 @@ def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFla
     """Write a seed shard: a behaviour checkpoint's full responses, log-probs and cut points for train's prompts (ratio > 0)."""
 
     def stage(c: Composed) -> None:
-        from tsctl.stages import seed as run_seed
+        from tsctl.stages.seed import seed as run_seed
 
         run_seed(c)
 
@@ -153,7 +152,7 @@ def rollout(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = Cfg
     """Continue a seed shard with the current policy, add plain samples, grade them and write a rollout shard."""
 
     def stage(c: Composed) -> None:
-        from tsctl.stages import rollout as run_rollout
+        from tsctl.stages.rollout import rollout as run_rollout
 
         run_rollout(c)
 
@@ -165,8 +164,8 @@ def eval_(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
     """Score checkpoints on benchmarks (greedy accuracy, pass@k, entropy, length) into eval/ folders and a table."""
 
     def stage(c: Composed) -> None:
-        from tsctl.evaluate import evaluate
         from tsctl.evaluation.table import print_results
+        from tsctl.stages.eval import evaluate
 
         print_results(evaluate(c), console)
 
@@ -179,11 +178,11 @@ def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
 
     Points go to runs/<experiment>/sweep-<hash>/<point>/ (or name=<sweep>); rerunning skips completed points and resumes interrupted ones.
 
-    Launchers: sequential by default; hydra/launcher=joblib hydra.launcher.n_jobs=N for parallel points; hydra/launcher=submitit_slurm for Slurm (see src/tsctl/ablate.py).
+    Launchers: sequential by default; hydra/launcher=joblib hydra.launcher.n_jobs=N for parallel points; hydra/launcher=submitit_slurm for Slurm (see src/tsctl/stages/ablate.py).
     """
 
     def stage(c: Composed) -> None:
-        from tsctl.ablate import ablate as run_ablate
+        from tsctl.stages.ablate import ablate as run_ablate
 
         folder, failed = run_ablate(quote_baseline(overrides or []))
         console.print(f"sweep: {folder}  (report in {folder / 'report'})", highlight=False)
@@ -191,7 +190,7 @@ def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
             console.print(f"[red]{len(failed)} run(s) failed:[/red] {', '.join(failed)}; rerun the same command to retry them", highlight=False)
             raise typer.Exit(1)
 
-    from tsctl.ablate import first_point
+    from tsctl.stages.ablate import first_point
 
     _run(first_point(overrides or []), cfg, stage)
 
@@ -205,7 +204,7 @@ def report(
     verdicts, and plots of a sweep or a run, into <sweep>/report/ or <run>/plots/."""
 
     def stage(c: Composed) -> None:
-        from tsctl.report import report as write_report
+        from tsctl.stages.report import report as write_report
 
         out = write_report(Path(path), baseline=c.cfg.report.baseline, level=c.cfg.report.level)
         console.print(f"report: {out}", highlight=False)

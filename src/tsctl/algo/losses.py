@@ -1,6 +1,9 @@
-"""Policy losses (a string-keyed registry of pure tensor functions) and per-token log-prob helpers.
+"""The policy loss (one clipped objective, a registry of aggregations) and per-token log-prob helpers.
 
-Every registered loss has the signature of :data:`PolicyLossFn` and returns ``(loss, metrics)``.
+``algo.loss`` names how the per-token clipped losses of :func:`clipped_objective` become one number:
+``dapo`` averages over every loss token of the mini-batch (token-mean), ``grpo`` over each sequence's
+tokens, then over sequences (seq-mean). :func:`get_policy_loss` returns the loss of that name, a
+function of the signature of :data:`PolicyLossFn` returning ``(loss, metrics)``.
 
 Importance ratio. ``old_logprobs`` holds, per token, the stored log-prob of the policy the ratio is
 taken against: ``pi_b`` for a seed-prefix token, ``pi_old`` for a suffix or plain token. The loss
@@ -46,36 +49,17 @@ from typing import Callable, Optional, Union
 import torch
 from torch import Tensor
 
+from tsctl.config.registry import Registry
+
 Norm = Union[float, Tensor]
 DualClip = Union[float, Tensor, None]
 """A dual-clip constant: one float for every token, a ``[B, T]`` tensor of per-token constants, or None (off)."""
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 """``fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, clip_c, token_norm, seq_norm)``."""
-
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-"""Registered policy losses by name (the values of ``algo.loss``)."""
+Aggregation = Callable[[Tensor, Tensor, Norm, Norm], Tensor]
+"""``aggregate(values, mask, token_norm, seq_norm) -> 0-d loss`` from ``[B, T]`` per-token values."""
 
 LOG_RATIO_CLAMP = 20.0
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator: register a policy loss under ``name`` (names are unique)."""
-
-    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    """The registered policy loss called ``name``; a ValueError lists the valid names otherwise."""
-    try:
-        return POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy loss {name!r}; valid: {sorted(POLICY_LOSSES)}") from None
 
 
 def loss_norms(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -209,68 +193,48 @@ def aggregate_sequence_mean(values: Tensor, mask: Tensor, seq_norm: Norm) -> Ten
     return per_seq.sum() / seq_norm
 
 
-@register_policy_loss("dapo")
-def dapo_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    clip_c: DualClip = None,
-    token_norm: Norm,
-    seq_norm: Norm,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """DAPO: clipped token objective averaged over every loss token of the mini-batch.
+AGGREGATIONS: Registry[Aggregation] = Registry("policy loss")
+"""How each ``algo.loss`` aggregates the per-token clipped losses: ``dapo`` token-mean, ``grpo`` seq-mean."""
 
-    ``L = sum_{i,t} mask_it * l_it / token_norm`` (``seq_norm`` is accepted and unused).
 
-    Args:
-        logprobs: ``[B, T]`` ``pi_theta`` log-probs (with grad).
-        old_logprobs: ``[B, T]`` stored log-probs the ratio is taken against.
-        advantages: ``[B]`` (or ``[B, T]``).
-        mask: ``[B, T]`` response tokens that enter the loss.
-        clip_low, clip_high, clip_c: see :func:`clipped_objective`.
-        token_norm: loss tokens of the whole mini-batch (:func:`loss_norms`).
-        seq_norm: sequences of the whole mini-batch (:func:`loss_norms`).
+@AGGREGATIONS.register("dapo")
+def _dapo(values: Tensor, mask: Tensor, token_norm: Norm, seq_norm: Norm) -> Tensor:
+    """DAPO: ``sum_{i,t} mask_it * l_it / token_norm`` (``seq_norm`` unused)."""
+    return aggregate_token_mean(values, mask, token_norm)
 
-    Returns:
-        0-d loss and per-token ``[B, T]`` metrics.
+
+@AGGREGATIONS.register("grpo")
+def _grpo(values: Tensor, mask: Tensor, token_norm: Norm, seq_norm: Norm) -> Tensor:
+    """GRPO: ``sum_i (sum_t mask_it * l_it / sum_t mask_it) / seq_norm`` (``token_norm`` unused)."""
+    return aggregate_sequence_mean(values, mask, seq_norm)
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The policy loss ``algo.loss=name``: :func:`clipped_objective` per token, then the aggregation ``name``.
+
+    The returned function takes ``(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high,
+    clip_c=None, token_norm, seq_norm)``:
+
+    - ``logprobs``: ``[B, T]`` ``pi_theta`` log-probs (with grad);
+    - ``old_logprobs``: ``[B, T]`` stored log-probs the ratio is taken against;
+    - ``advantages``: ``[B]`` (or ``[B, T]``);
+    - ``mask``: ``[B, T]`` response tokens that enter the loss;
+    - ``clip_low``, ``clip_high``, ``clip_c``: see :func:`clipped_objective`;
+    - ``token_norm``, ``seq_norm``: loss tokens and sequences of the whole mini-batch (:func:`loss_norms`);
+
+    and returns the 0-d loss and the per-token ``[B, T]`` metrics. An unknown name raises ValueError
+    listing the valid ones.
     """
-    per_token, metrics = clipped_objective(
-        logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c
-    )
-    return aggregate_token_mean(per_token, mask, token_norm), metrics
+    aggregate = AGGREGATIONS.get(name)
 
+    def loss(
+        logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+        clip_low: float, clip_high: float, clip_c: DualClip = None, token_norm: Norm, seq_norm: Norm,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        per_token, metrics = clipped_objective(logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+        return aggregate(per_token, mask, token_norm, seq_norm), metrics
 
-@register_policy_loss("grpo")
-def grpo_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    clip_c: DualClip = None,
-    token_norm: Norm,
-    seq_norm: Norm,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """GRPO: clipped token objective, mean over each sequence's tokens, then mean over sequences.
-
-    ``L = sum_i (sum_t mask_it * l_it / sum_t mask_it) / seq_norm`` (``token_norm`` is accepted
-    and unused).
-
-    Args: as :func:`dapo_loss`.
-
-    Returns:
-        0-d loss and per-token ``[B, T]`` metrics.
-    """
-    per_token, metrics = clipped_objective(
-        logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c
-    )
-    return aggregate_sequence_mean(per_token, mask, seq_norm), metrics
+    return loss
 
 
 def kl_penalty_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

@@ -1,4 +1,8 @@
-"""Compose a command's config from ``conf/`` plus command-line overrides, then validate it."""
+"""Compose a command's config from ``conf/`` plus command-line overrides (types and keys checked).
+
+Ranges and registered names are checked above, by every command's composition step
+(:func:`tsctl.stages.compose.compose_config`).
+"""
 
 from __future__ import annotations
 
@@ -16,12 +20,11 @@ from omegaconf.errors import OmegaConfBaseException
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
-from tsctl.config.validate import validate
 
 
 @dataclass
 class Composed:
-    """A composed config: the raw node (for printing and saving) and the validated object."""
+    """A composed config: the raw node (for printing and saving) and the config object."""
 
     node: DictConfig
     cfg: TsctlConfig
@@ -42,11 +45,11 @@ def _explain(err: Exception) -> ConfigError:
     return ConfigError(str(key), first)
 
 
-def compose_config(overrides: list[str] | None = None) -> Composed:
-    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) and validate the result.
+def compose_node(overrides: list[str] | None = None) -> Composed:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax); keys and types are checked, values not yet.
 
     Raises:
-        ConfigError: unknown key, wrong type, unknown option or value out of range.
+        ConfigError: unknown key, wrong type or unknown option.
     """
     register_schema()
     GlobalHydra.instance().clear()
@@ -65,7 +68,7 @@ def compose_config(overrides: list[str] | None = None) -> Composed:
     unknown = unknown_keys(node, TsctlConfig)
     if unknown:
         raise ConfigError(unknown[0], "unknown key: tsctl has no such setting and would ignore it; drop it or fix its spelling (see the valid keys with --cfg job)")
-    return Composed(node=node, cfg=validate(obj))
+    return Composed(node=node, cfg=obj)
 
 
 def unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]:

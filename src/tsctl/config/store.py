@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydra.core.config_store import ConfigStore
-
 from tsctl.config.schema import TsctlConfig
 
 SCHEMA_NAME = "tsctl_schema"
@@ -13,6 +11,8 @@ SCHEMA_NAME = "tsctl_schema"
 
 def register_schema() -> None:
     """Make ``tsctl_schema`` available to the defaults list of ``conf/config.yaml``."""
+    from hydra.core.config_store import ConfigStore  # only the commands need Hydra; conf_dir() does not
+
     ConfigStore.instance().store(name=SCHEMA_NAME, node=TsctlConfig)
 
 

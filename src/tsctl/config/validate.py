@@ -1,8 +1,11 @@
-"""Range and name checks that types alone cannot express.
+"""Range checks that types alone cannot express.
 
 OmegaConf already rejects unknown keys and wrong types while composing; this module checks what
-is left (ranges, names that must exist in a registry, knobs that must agree) and raises
-:class:`ConfigError` naming the key and what is allowed.
+is left (ranges, fixed choices, knobs that must agree) and raises :class:`ConfigError` naming the
+key and what is allowed. Names that must exist in a registry of a higher layer (``algo.loss``,
+``truncation``, ``task.name``, ``engine.name``, ``seeds.selector``, ...) and checks that need a
+package's own logic (how many samples ``ratio`` seeds) are checked by the command's composition
+step, :mod:`tsctl.stages.compose`, with :func:`one_of`.
 """
 
 from __future__ import annotations
@@ -13,8 +16,6 @@ from pathlib import Path
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 
-TASKS = ("countdown", "arithmetic", "file")
-ENGINES = ("hf", "vllm")
 DTYPES = ("float32", "bfloat16")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 ENGINE_DTYPES = ("bfloat16", "float16", "float32")
@@ -28,10 +29,10 @@ NONFINITE = ("stop", "skip")
 LOGGERS = ("console", "wandb")
 WANDB_MODES = ("offline", "online", "disabled")
 BAD_ROW = ("error", "skip")
-SOURCES = ("self", "model", "traces")
 
 
-def _one_of(key: str, value: str, allowed: Iterable[str]) -> None:
+def one_of(key: str, value: str, allowed: Iterable[str]) -> None:
+    """Raise :class:`ConfigError` unless ``value`` (of ``key``) is one of ``allowed``."""
     allowed = tuple(allowed)
     if value not in allowed:
         raise ConfigError(key, f"unknown value {value!r}; choose one of {', '.join(allowed)}")
@@ -63,24 +64,16 @@ def _run_place(cfg: TsctlConfig) -> None:
 
 def validate(cfg: TsctlConfig) -> TsctlConfig:
     """Check every knob of ``cfg``; return it unchanged or raise :class:`ConfigError`."""
-    from tsctl.algo.losses import POLICY_LOSSES
-    from tsctl.tasks.benchmarks import available_benchmarks
-    from tsctl.tasks.grading import GRADERS
-    from tsctl.tasks.records import ANSWER_RULES
-    from tsctl.seeds.truncation import SCHEDULES as SEED_SCHEDULES
-    from tsctl.seeds.truncation import STRATEGIES
-
     _run_place(cfg)
     _in_range("ratio", cfg.ratio, 0, 100, " (percent of each group's samples that are seeded)")
-    _one_of("truncation", cfg.truncation, STRATEGIES)
     _non_negative("refresh", cfg.refresh)
 
     m = cfg.model
-    _one_of("model.dtype", m.dtype, DTYPES)
-    _one_of("model.compute_dtype", m.compute_dtype, COMPUTE_DTYPES)
+    one_of("model.dtype", m.dtype, DTYPES)
+    one_of("model.compute_dtype", m.compute_dtype, COMPUTE_DTYPES)
     if m.dtype == "bfloat16" and m.compute_dtype == "float32":
         raise ConfigError("model.compute_dtype", "float32 compute needs float32 parameters; use model.dtype=float32 or model.compute_dtype=auto")
-    _one_of("model.device", m.device, DEVICES)
+    one_of("model.device", m.device, DEVICES)
     if m.tiny.hidden_size % m.tiny.num_heads:
         raise ConfigError("model.tiny.num_heads", f"{m.tiny.num_heads} must divide model.tiny.hidden_size={m.tiny.hidden_size}")
     for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
@@ -90,7 +83,6 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _positive("model.warmup.lr", m.warmup.lr)
 
     t = cfg.task
-    _one_of("task.name", t.name, TASKS)
     _positive("task.heldout_size", t.heldout_size)
     _positive("task.train_size", t.train_size)
     c = t.countdown
@@ -100,15 +92,12 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     if not 2 <= a.min_terms <= a.max_terms:
         raise ConfigError("task.arithmetic.min_terms", "need 2 <= min_terms <= max_terms")
     _in_range("task.arithmetic.max_digits", a.max_digits, 1, 6)
-    _one_of("task.file.grader", t.file.grader, GRADERS)
-    _one_of("task.file.answer_rule", t.file.answer_rule, ANSWER_RULES)
-    _one_of("task.file.on_bad_row", t.file.on_bad_row, BAD_ROW)
+    one_of("task.file.on_bad_row", t.file.on_bad_row, BAD_ROW)
     _in_range("task.file.heldout_fraction", t.file.heldout_fraction, 0.0, 0.9)
     if t.name == "file" and not t.file.train_path:
         raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file: task.file.train_path=data/train.jsonl")
 
     e = cfg.engine
-    _one_of("engine.name", e.name, ENGINES)
     _non_negative("engine.temperature", e.temperature)
     if not 0 < e.top_p <= 1:
         raise ConfigError("engine.top_p", f"{e.top_p} is out of range; allowed: 0 < engine.top_p <= 1")
@@ -116,12 +105,11 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _positive("engine.batch_size", e.batch_size)
     _in_range("engine.gpu_memory_utilization", e.gpu_memory_utilization, 0.05, 0.95)
     _positive("engine.tensor_parallel_size", e.tensor_parallel_size)
-    _one_of("engine.dtype", e.dtype, ENGINE_DTYPES)
+    one_of("engine.dtype", e.dtype, ENGINE_DTYPES)
     if e.max_model_len is not None and e.max_model_len <= e.max_new_tokens:
         raise ConfigError("engine.max_model_len", f"{e.max_model_len} must exceed engine.max_new_tokens={e.max_new_tokens} (prompts need room too)")
 
     al = cfg.algo
-    _one_of("algo.loss", al.loss, POLICY_LOSSES)
     _in_range("algo.clip_low", al.clip_low, 0.0, 1.0)
     _non_negative("algo.clip_high", al.clip_high)
     if al.clip_c is not None and al.clip_c <= 1:
@@ -130,10 +118,10 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
         raise ConfigError("algo.prefix_clip_c", f"{al.prefix_clip_c} must be > 1 (or null to leave prefix tokens to algo.clip_c)")
     _positive("algo.adv_eps", al.adv_eps)
     _non_negative("algo.kl_coef", al.kl_coef)
-    _one_of("algo.ref_placement", al.ref_placement, REF_PLACEMENTS)
+    one_of("algo.ref_placement", al.ref_placement, REF_PLACEMENTS)
     _non_negative("algo.entropy_coef", al.entropy_coef)
     _non_negative("algo.max_resample_rounds", al.max_resample_rounds)
-    _one_of("algo.overlong", al.overlong, OVERLONG)
+    one_of("algo.overlong", al.overlong, OVERLONG)
     if al.overlong == "penalty" and not 0 < al.overlong_buffer < e.max_new_tokens:
         raise ConfigError("algo.overlong_buffer", f"{al.overlong_buffer} must be in (0, engine.max_new_tokens={e.max_new_tokens})")
 
@@ -142,10 +130,7 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
         _in_range(f"seeds.{key}", getattr(s, key), 0.0, 1.0)
     if s.lo > s.hi:
         raise ConfigError("seeds.lo", f"seeds.lo={s.lo} must be <= seeds.hi={s.hi}")
-    _one_of("seeds.schedule", s.schedule, SEED_SCHEDULES)
-    _one_of("seeds.adv_group", s.adv_group, ADV_GROUPS)
-    if s.adv_group == "plain" and round(cfg.trainer.n * cfg.ratio / 100) >= cfg.trainer.n:
-        raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
+    one_of("seeds.adv_group", s.adv_group, ADV_GROUPS)
     _validate_behaviour(cfg)
 
     tr = cfg.trainer
@@ -155,10 +140,10 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _positive("trainer.logits_chunk_mib", tr.logits_chunk_mib)
     for key in ("micro_batch_size", "micro_batch_tokens", "weight_decay", "warmup_steps", "max_grad_norm", "keep_checkpoints", "eval_every"):
         _non_negative(f"trainer.{key}", getattr(tr, key))
-    _one_of("trainer.schedule", tr.schedule, SCHEDULES)
-    _one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)
+    one_of("trainer.schedule", tr.schedule, SCHEDULES)
+    one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)
     _non_negative("trainer.max_nonfinite_skips", tr.max_nonfinite_skips)
-    _one_of("trainer.old_logprobs", tr.old_logprobs, OLD_LOGPROBS)
+    one_of("trainer.old_logprobs", tr.old_logprobs, OLD_LOGPROBS)
     if tr.old_logprobs == "engine" and (e.name != "hf" or e.top_p != 1):
         raise ConfigError(
             "trainer.old_logprobs",
@@ -179,10 +164,7 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
         raise ConfigError("eval.pass_k", f"{list(ev.pass_k)}: every k must be in 1..eval.k={ev.k}")
     if ev.limit is not None:
         _positive("eval.limit", ev.limit)
-    _one_of("eval.on_bad_row", ev.on_bad_row, BAD_ROW)
-    for name in ev.benchmarks:
-        if name != "heldout" and name not in available_benchmarks() and not Path(name).is_file():
-            raise ConfigError("eval.benchmarks", f"unknown benchmark {name!r}; choose heldout, {', '.join(available_benchmarks())} or a YAML path")
+    one_of("eval.on_bad_row", ev.on_bad_row, BAD_ROW)
 
     rep = cfg.report
     if not 0 < rep.level < 1:
@@ -190,21 +172,14 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     if rep.baseline is not None and (not rep.baseline.split() or any("=" not in part[1:] for part in rep.baseline.split())):
         raise ConfigError("report.baseline", f"{rep.baseline!r}: write it as key=value, e.g. report.baseline=ratio=0")
 
-    _one_of("logger.name", cfg.logger.name, LOGGERS)
-    _one_of("logger.wandb_mode", cfg.logger.wandb_mode, WANDB_MODES)
+    one_of("logger.name", cfg.logger.name, LOGGERS)
+    one_of("logger.wandb_mode", cfg.logger.wandb_mode, WANDB_MODES)
     return cfg
 
 
 def _validate_behaviour(cfg: TsctlConfig) -> None:
     """The behaviour pool, its selector and the seed source (``seeds.selector``, ``seeds.source``, ...)."""
-    from tsctl.seeds.selectors import BANDITS, SELECTORS
-    from tsctl.seeds.unknown_logprobs import TRACE_LOGPROBS
-
     s = cfg.seeds
-    _one_of("seeds.selector", s.selector, SELECTORS)
-    _one_of("seeds.bandit", s.bandit, BANDITS)
-    _one_of("seeds.source", s.source, SOURCES)
-    _one_of("seeds.trace_logprobs", s.trace_logprobs, TRACE_LOGPROBS)
     _positive("seeds.pool_size", s.pool_size)
     _positive("seeds.bandit_c", s.bandit_c)
     _positive("seeds.probe_prompts", s.probe_prompts)

@@ -1,19 +1,28 @@
-"""Build the rollout engine named by ``engine.name`` in the config."""
+"""Build the rollout engine named by ``engine.name``, and a model loaded to sample from (:func:`load_policy`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.schema import EngineConfig
+from tsctl.config.registry import Registry
+from tsctl.config.schema import EngineConfig, TsctlConfig
 from tsctl.engines.base import Engine
+from tsctl.models import precision
+from tsctl.models.loading import load_model
+from tsctl.models.prompts import PromptFormatter
+
+ENGINES: Registry[Callable[..., Engine]] = Registry("engine")
+"""Engine builders by ``engine.name``."""
 
 
+@ENGINES.register("hf")
 def _build_hf(
     cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int,
     compute_dtype: torch.dtype | None,
@@ -23,6 +32,7 @@ def _build_hf(
     return HFEngine(model, end_ids, pad_id=pad_id, batch_size=cfg.batch_size, compute_dtype=compute_dtype)
 
 
+@ENGINES.register("vllm")
 def _build_vllm(
     cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int,
     compute_dtype: torch.dtype | None,
@@ -47,10 +57,6 @@ def _installed(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-ENGINES: dict[str, Callable[..., Engine]] = {"hf": _build_hf, "vllm": _build_vllm}
-"""Engine builders by ``engine.name``."""
-
-
 def build_engine(
     cfg: EngineConfig, model: PreTrainedModel, end_ids: int | Sequence[int], pad_id: int, model_path: str | None = None, seed: int = 0,
     compute_dtype: torch.dtype | None = None,
@@ -68,7 +74,28 @@ def build_engine(
         compute_dtype: the ``hf`` engine's autocast dtype (``model.compute_dtype`` resolved); None
             computes in the parameters' dtype (``vllm`` computes in ``engine.dtype``).
     """
-    if cfg.name not in ENGINES:
-        raise ValueError(f"unknown engine {cfg.name!r}; valid engines: {', '.join(sorted(ENGINES))}")
+    build = ENGINES.get(cfg.name)
     ends = (end_ids,) if isinstance(end_ids, int) else tuple(end_ids)
-    return ENGINES[cfg.name](cfg, model, ends, pad_id, model_path, seed, compute_dtype)
+    return build(cfg, model, ends, pad_id, model_path, seed, compute_dtype)
+
+
+@dataclass
+class Policy:
+    """A model to sample from: the model (eval mode), its prompt formatter and an engine over it."""
+
+    model: PreTrainedModel
+    formatter: PromptFormatter
+    engine: Engine
+
+
+def load_policy(cfg: TsctlConfig, path: str, key: str = "model.path") -> Policy:
+    """The model at ``path`` (``model.dtype`` on ``model.device``, eval mode) with its formatter and an
+    ``engine.name`` engine seeded with ``seed``, computing in ``model.compute_dtype``.
+
+    ``key`` is the setting that named ``path`` (quoted in load errors).
+    """
+    model, tokenizer = load_model(path, cfg.model.dtype, cfg.model.device, key=key)
+    model.eval()
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
+    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, str(path), seed=cfg.seed, compute_dtype=precision.compute_dtype(cfg, model))
+    return Policy(model, formatter, engine)

@@ -4,7 +4,7 @@ At decode shapes on a CPU, a small model's step is dominated by fixed per-call c
 makes about 15 module calls per layer, each with its own hooks, checks and tensor reshapes, and two
 of its matmul pairs (q/k/v, gate/up) read the same input. :class:`FusedDecoder` computes the same
 function from the model's own weights with one matmul for q, k and v and one for gate and up, and
-the engine's one-token attention (:func:`~tsctl.engines.hf.decode_attention`'s math), writing keys
+the engine's one-token attention (:func:`~tsctl.engines.decode_attention.decode_attention`'s math), writing keys
 and values into the engine's cache. Attention reads each layer's whole cache buffer (zeroed beyond
 the filled part, and never more than twice its size) with the unfilled tail masked: on CPU a
 batched matmul over a contiguous buffer runs about 3x faster than over the strided view of its

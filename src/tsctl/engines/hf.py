@@ -15,7 +15,7 @@ A lean decode loop in place of ``model.generate``. Per chunk of requests:
 - each step runs the last token only: on CPU, for supported architectures, through
   :class:`~tsctl.engines.fused_decode.FusedDecoder` (fused projections, reading each whole buffer
   with its tail masked); otherwise through the model's own forward, whose one-token attention on
-  CPU is a plain matmul-softmax-matmul (:func:`decode_attention`), faster there than the SDPA
+  CPU is a plain matmul-softmax-matmul (:mod:`tsctl.engines.decode_attention`), faster there than the SDPA
   kernel at decode shapes. It then samples (temperature, top-p) with a seeded generator;
 - a row stops at a sampled end token (any of ``end_ids``) or at its limit; once a quarter of the
   rows in the batch have stopped, they are dropped from it;
@@ -38,196 +38,19 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
-from transformers import AttentionInterface, PreTrainedModel
-from transformers.cache_utils import Cache, CacheLayerMixin
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache
 
 from tsctl.engines.base import Completion, Request, SamplingParams
+from tsctl.engines.decode_attention import DECODE_ATTENTION
 from tsctl.engines.fused_decode import FusedDecoder
+from tsctl.engines.kv_cache import PreallocatedLayer
+from tsctl.engines.sampling import sample
 from tsctl.models.padding import additive_mask, left_pad, prefill_mask
 from tsctl.models.precision import autocast
 
 _CHECK_EVERY = 4
 """Decode steps between looks at how many rows are still running (one host sync each)."""
-
-
-class _PreallocatedLayer(CacheLayerMixin):
-    """Keys and values of one attention layer in buffers of shape [B, H, size, D], filled left to right.
-
-    ``update`` writes the new states after the ones already stored and returns views of the filled
-    part. The buffers start at twice the first states' length and double when full (copying the
-    filled part), up to ``capacity``: a decode step rarely reallocates, and the whole buffer, zeroed
-    beyond the filled part, is never more than twice what is stored, so attention may read it
-    whole, contiguous, with the tail masked (:class:`~tsctl.engines.fused_decode.FusedDecoder`).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    @property
-    def size(self) -> int:
-        """Positions the current buffers hold (filled or not)."""
-        return self.keys.shape[2]
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Allocate the buffers from the first states' batch, heads, length, head size, dtype and device."""
-        size = min(self.capacity, 2 * key_states.shape[-2])
-        self.keys = self._zeros_like(key_states, key_states.shape[0], size)
-        self.values = self._zeros_like(value_states, value_states.shape[0], size)
-        self.is_initialized = True
-
-    @staticmethod
-    def _zeros_like(states: torch.Tensor, batch: int, size: int) -> torch.Tensor:
-        """Zeroed buffer [batch, H, size, D]: the unfilled tail is finite, so a masked read of the whole buffer is exact."""
-        return states.new_zeros(batch, states.shape[1], size, states.shape[-1])
-
-    def _resize(self, rows: torch.Tensor | slice, batch: int, size: int) -> None:
-        """Move the filled part of rows ``rows`` into new buffers of ``batch`` rows and ``size`` positions."""
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            new = self._zeros_like(old, batch, size)
-            new[:, :, : self.length] = old[rows, :, : self.length]
-            setattr(self, name, new)
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append states of shape [B, H, Q, D]; return all stored keys and values, [B, H, length, D]."""
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            raise ValueError(f"the cache holds {self.capacity} positions; {end} were written")
-        if end > self.size:
-            self._resize(slice(None), self.keys.shape[0], min(self.capacity, max(2 * self.size, end)))
-        start, self.length = self.length, end
-        self.keys[:, :, start : self.length] = key_states
-        self.values[:, :, start : self.length] = value_states
-        return self.keys[:, :, : self.length], self.values[:, :, : self.length]
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Keep the rows ``beam_idx`` [B'] (repeats allowed), copying only the filled positions."""
-        self._resize(beam_idx, len(beam_idx), self.size)
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.length + query_length, 0
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def get_max_length(self) -> int:
-        return self.capacity
-
-
-DECODE_ATTENTION = "tsctl_decode"
-"""Name under which :func:`decode_attention` is registered with transformers' ``AttentionInterface``."""
-
-
-def decode_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """Attention in the engine: matmul-softmax-matmul for one-token queries, SDPA for longer ones.
-
-    Args:
-        query: [B, H, Q, D]; key, value: [B, Hkv, K, D] with Hkv dividing H (grouped-query heads
-            share the key/value head ``h // (H // Hkv)``, as ``repeat_kv`` lays them out).
-        attention_mask: additive [B, 1, Q, K] (or None).
-
-    Returns:
-        attention output [B, Q, H, D] and no weights (the ``AttentionInterface`` contract).
-    """
-    if query.shape[2] != 1:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    batch, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # [B, Hkv, G, D]
-    scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim**-0.5 if scaling is None else scaling)  # [B, Hkv, G, K]
-    if attention_mask is not None:
-        scores = scores + attention_mask[:, :, 0, :].unsqueeze(2)  # [B, 1, 1, K]
-    weights = scores.softmax(dim=-1, dtype=torch.float32).to(value.dtype)
-    return torch.matmul(weights, value).reshape(batch, 1, heads, dim), None
-
-
-AttentionInterface.register(DECODE_ATTENTION, decode_attention)
-
-
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Set to -inf the logits outside the nucleus: the smallest top set of tokens with mass >= top_p.
-
-    Args:
-        logits: [B, V] float logits (already divided by the temperature).
-        top_p: nucleus mass in (0, 1); the most likely token is always kept.
-
-    Returns:
-        [B, V] logits, -inf outside the nucleus.
-    """
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    sorted_probs = sorted_logits.softmax(dim=-1)
-    outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
-    return logits.masked_fill(outside.scatter(-1, order, outside), float("-inf"))
-
-
-def sample(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator, forced: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Draw one token per row, with its log-probability and the entropy of the row's distribution.
-
-    Tokens are drawn from softmax(logits / temperature) restricted to the top-p nucleus and
-    renormalised; the log-probability is under that distribution. The entropy is that of
-    softmax(logits / temperature) before the nucleus cut (what the trainer measures). At temperature
-    0 the token is the argmax and both come from the model's own distribution (temperature 1).
-
-    Rows with a ``forced`` token (a prefix being fed) return it instead of their draw (every row
-    still draws, so the generator advances alike), with its log-probability under
-    softmax(logits / temperature) before the nucleus cut, like the entropy (a forced token may lie
-    outside the nucleus): never the drawn token's.
-
-    Args:
-        logits: [B, V] next-token logits, any float dtype.
-        params: temperature and top_p.
-        generator: source of randomness, on the logits' device.
-        forced: [B] (long) token each row must take, -1 where the row samples; None: all sample.
-
-    Returns:
-        tokens [B] (long), their log-probabilities [B] and the entropies [B] (float32).
-    """
-    logits = logits.float()
-    if params.temperature != 0:
-        logits = logits / params.temperature
-    full = logits.log_softmax(dim=-1)
-    entropy = -(full.exp() * full).sum(dim=-1)
-    if params.temperature == 0:
-        tokens = logits.argmax(dim=-1)
-        logprobs = full
-    else:
-        logprobs = top_p_filter(logits, params.top_p).log_softmax(dim=-1) if params.top_p < 1 else full
-        tokens = inverse_cdf_sample(logprobs.exp(), generator)
-    if forced is None:
-        return tokens, logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1), entropy
-    forcing = forced >= 0
-    tokens = torch.where(forcing, forced, tokens)
-    chosen = torch.where(forcing, full.gather(1, tokens.unsqueeze(1)).squeeze(1), logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1))
-    return tokens, chosen, entropy
-
-
-def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Draw one index per row of probs [B, V] (zeros allowed) with one uniform number per row.
-
-    Cheaper than ``torch.multinomial``, which draws V random numbers per row. Returns [B] (long).
-    """
-    cdf = probs.cumsum(dim=-1)
-    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
-    # u < cdf[:, -1] always, so the clamp only guards against a rand() that returns 1.0.
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
 @dataclass(frozen=True)
@@ -344,7 +167,7 @@ class HFEngine:
         unique: dict[tuple[int, ...], int] = {}
         rows = [unique.setdefault(p, len(unique)) for p in prompts]
         ids, real = left_pad(list(unique), self.pad_id, self.device)
-        cache = Cache(layer_class_to_replicate=functools.partial(_PreallocatedLayer, capacity))
+        cache = Cache(layer_class_to_replicate=functools.partial(PreallocatedLayer, capacity))
         positions = (real.cumsum(dim=1) - 1).clamp_min(0)
         logits = self._forward(ids, prefill_mask(real, self.model.dtype), positions, cache)
         if len(unique) < len(prompts):

@@ -1,4 +1,4 @@
-"""Parts of ``tsctl eval`` (the stage itself is :mod:`tsctl.evaluate`).
+"""Parts of ``tsctl eval`` (the stage itself is :mod:`tsctl.stages.eval`).
 
 - :mod:`~tsctl.evaluation.targets`: which checkpoints to score and where their results go;
 - :mod:`~tsctl.evaluation.suites`: the benchmarks to score them on, loaded before any model;

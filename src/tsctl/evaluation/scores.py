@@ -2,7 +2,7 @@
 
 - ``pass@1`` is the share of solved samples over all ``eval.k`` samples per problem, and ``pass@k``
   the unbiased estimator (:mod:`tsctl.algo.passk`) from the same samples; a sample counts as solved
-  when its reward is 1.
+  when its reward is at least 1 (:mod:`tsctl.evaluation.scoring`, as everywhere).
 - ``greedy_accuracy`` is the share of problems solved by one temperature-0 response.
 - ``entropy`` is the token-mean entropy (nats) of the model's sampling distribution (logits divided by
   ``engine.temperature``, as in training) at each token of the sampled responses: as the engine
@@ -15,18 +15,17 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
-import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from tsctl.algo.passk import mean_pass_at_k
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Completion, Engine, SamplingParams
+from tsctl.evaluation.scoring import Scored, greedy, sample_and_score, solve_rates
 from tsctl.evaluation.suites import Suite
+from tsctl.models.batch import pack
+from tsctl.models.logprobs import response_logprobs
 from tsctl.models.prompts import PromptFormatter
-from tsctl.scoring import Scored, sample_and_score
-from tsctl.trainer.batch import RolloutBatch, pack, response_logprobs
-from tsctl.trainer.samples import Sample
+from tsctl.models.samples import Sample
 
 ENTROPY_CHUNK_TOKENS = 4096
 """Most prompt + response tokens (rows x longest row) in one teacher-forced forward for entropy."""
@@ -39,7 +38,7 @@ def score_suite(
     e, k = cfg.engine, cfg.eval.k
     sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=cfg.seed)
     sampled = sample_and_score(engine, formatter, suite.task, suite.problems, sampling, n=k)
-    greedy = sample_and_score(engine, formatter, suite.task, suite.problems, SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens))
+    greedy_scored = greedy(engine, formatter, suite.task, suite.problems, e.max_new_tokens)
     if all(c.entropies is not None for c in sampled.completions):
         entropy = reported_entropy(sampled.completions)
     else:
@@ -47,23 +46,12 @@ def score_suite(
         responses = [c.token_ids for c in sampled.completions]
         entropy = mean_entropy(model, prompts, responses, e.temperature or 1.0, formatter.pad_id)
     metrics = {
-        **solve_rates(sampled, greedy, cfg.eval.pass_k),
+        **solve_rates(sampled, greedy_scored, cfg.eval.pass_k),
         "entropy": entropy,
         "mean_length": float(sampled.lengths.mean()),
         "truncation_rate": float((~sampled.finished).mean()),
     }
-    return metrics, sample_columns(suite, sampled, greedy)
-
-
-def solve_rates(sampled: Scored, greedy: Scored, pass_k: Sequence[int]) -> dict[str, float]:
-    """``greedy_accuracy`` and ``pass@k`` for k = 1 and every k of ``pass_k`` (each <= samples per problem)."""
-    problems, n = sampled.rewards.shape
-    solved = (sampled.rewards >= 1.0).sum(axis=1)
-    counts = np.full(problems, n)
-    rates = {"greedy_accuracy": float((greedy.rewards >= 1.0).mean())}
-    for k in sorted({1, *pass_k}):
-        rates[f"pass@{k}"] = mean_pass_at_k(counts, solved, k)
-    return rates
+    return metrics, sample_columns(suite, sampled, greedy_scored)
 
 
 def reported_entropy(completions: Sequence[Completion]) -> float:
@@ -82,7 +70,7 @@ def mean_entropy(
     ]
     total, tokens = 0.0, 0
     for chunk in _chunks(samples, ENTROPY_CHUNK_TOKENS):
-        batch = _to_device(pack(chunk, torch.zeros(len(chunk)), pad_id), model.device)
+        batch = pack(chunk, torch.zeros(len(chunk)), pad_id, model.device)
         with torch.no_grad():
             _, entropy = response_logprobs(model, batch, temperature, with_entropy=True)
         total += float(entropy[batch.resp_mask].sum())
@@ -105,13 +93,8 @@ def _chunks(samples: Sequence[Sample], budget: int) -> Iterator[list[Sample]]:
         yield chunk
 
 
-def _to_device(batch: RolloutBatch, device: torch.device) -> RolloutBatch:
-    """``batch`` with every tensor moved to ``device``."""
-    return RolloutBatch(**{name: getattr(batch, name).to(device) for name in batch.__dataclass_fields__})
-
-
 def sample_columns(suite: Suite, sampled: Scored, greedy: Scored) -> dict[str, list[Any]]:
-    """Every sampled then every greedy response as the columns of an ``eval`` shard (:mod:`tsctl.seeds.shards`)."""
+    """Every sampled then every greedy response as the columns of an ``eval`` shard (:mod:`tsctl.io.shards`)."""
     drawn = len(sampled.completions)
     n = sampled.rewards.shape[1]
     ids = [problem.id for problem in suite.problems]

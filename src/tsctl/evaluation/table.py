@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from tsctl.nan_warnings import eval_warnings
+from tsctl.evaluation.nan_warnings import eval_warnings
 
 _WIDEST = 1000
 """Upper bound of a table's natural width, in characters."""

@@ -6,8 +6,9 @@ A checkpoint setting (``eval.checkpoint``, ``shards.checkpoint``) is one of:
   the step setting (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``;
 - one checkpoint of a run (``<run>/checkpoints/step-N``): results go to ``<run>/eval/step-N/``;
 - any other HF model folder: results go to ``<runs_dir>/<experiment>/eval/<folder name>/``;
-- null: ``model.path`` (the built-in model is built and warmed up first when missing); a hub id
-  there is stored as ``<runs_dir>/<experiment>/eval/<org>--<name>/``.
+- null: ``model.path``, as the caller's ``base_model`` resolves it (the warm-up stage's builds and
+  warms up the built-in model first when missing); a hub id there is stored as
+  ``<runs_dir>/<experiment>/eval/<org>--<name>/``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
-from tsctl.runs import RunError
-from tsctl.train import base_model_path
-from tsctl.trainer.checkpoint import list_checkpoints
+from tsctl.io.checkpoints import list_checkpoints
+from tsctl.io.runs import RunError
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -45,19 +46,23 @@ class Target:
     key: str = "model.path"
 
 
-def resolve_targets(cfg: TsctlConfig) -> list[Target]:
+BaseModel = Callable[[TsctlConfig], str]
+"""``base_model(cfg) -> model folder or hub id`` of ``model.path`` (called only when no checkpoint is named)."""
+
+
+def resolve_targets(cfg: TsctlConfig, base_model: BaseModel) -> list[Target]:
     """The models ``eval.checkpoint`` and ``eval.step`` name, oldest step first (see the module docstring)."""
-    return resolve_models(cfg, cfg.eval.checkpoint, cfg.eval.step, "eval")
+    return resolve_models(cfg, cfg.eval.checkpoint, cfg.eval.step, "eval", base_model)
 
 
-def resolve_model(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str) -> Target:
+def resolve_model(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str, base_model: BaseModel) -> Target:
     """The one model ``<key>.checkpoint`` and ``<key>.step`` name (``step=all`` is refused)."""
     if step == "all":
         raise ConfigError(f"{key}.step", "'all' names several checkpoints; use last or a step number")
-    return resolve_models(cfg, checkpoint, step, key)[0]
+    return resolve_models(cfg, checkpoint, step, key, base_model)[0]
 
 
-def resolve_models(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str) -> list[Target]:
+def resolve_models(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str, base_model: BaseModel) -> list[Target]:
     """The models a ``checkpoint`` and ``step`` pair names (see the module docstring); errors name ``<key>.*``.
 
     Raises:
@@ -65,7 +70,7 @@ def resolve_models(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str
         RunError: a run folder without any complete checkpoint.
     """
     if checkpoint is None:
-        return [_model_target(base_model_path(cfg), cfg)]
+        return [_model_target(base_model(cfg), cfg)]
     path = Path(checkpoint).expanduser()
     if not path.exists():
         raise ConfigError(

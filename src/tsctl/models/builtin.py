@@ -2,6 +2,8 @@
 
 The cache key covers everything that changes the weights (architecture, warm-up settings, task),
 so ``tsctl train`` after ``tsctl warmup`` reuses the same folder, and a changed task builds anew.
+The held-out score in its ``warmup.json`` comes from the caller's scorer (the warm-up stage's,
+:mod:`tsctl.stages.warmup`), which samples with an engine: models sit below engines.
 """
 
 from __future__ import annotations
@@ -10,21 +12,24 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from typing import Callable, Sequence
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tsctl import atomic
 from tsctl.config.schema import TsctlConfig
-from tsctl.engines.factory import build_engine
+from tsctl.io import atomic
+from tsctl.io.progress import console
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.models.warmup import encode_examples, supervised_warmup
-from tsctl.progress import console
-from tsctl.scoring import greedy_accuracy
+from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.registry import build_task
 
 WARMUP_REPORT = "warmup.json"
+
+Scorer = Callable[[PreTrainedModel, PromptFormatter, Task, Sequence[Problem]], float]
+"""``score(model, formatter, task, problems) -> share of problems solved``: the held-out score of the warmed-up model."""
 
 
 def builtin_dir(cfg: TsctlConfig) -> Path:
@@ -35,8 +40,9 @@ def builtin_dir(cfg: TsctlConfig) -> Path:
     return cache / f"builtin-{cfg.task.name}-{digest}"
 
 
-def ensure_builtin(cfg: TsctlConfig, rebuild: bool = False) -> Path:
-    """Return the warmed-up built-in model folder, building it first when missing (or ``rebuild``)."""
+def ensure_builtin(cfg: TsctlConfig, score: Scorer, rebuild: bool = False) -> Path:
+    """Return the warmed-up built-in model folder, building it first when missing (or ``rebuild``);
+    ``score`` grades a freshly warmed-up model on ``model.warmup.eval_problems`` held-out problems."""
     final = builtin_dir(cfg)
     with atomic.file_lock(final.parent / f".{final.name}.lock"):
         if (final / WARMUP_REPORT).is_file() and not rebuild:
@@ -44,7 +50,7 @@ def ensure_builtin(cfg: TsctlConfig, rebuild: bool = False) -> Path:
         atomic.remove_stale(final.parent, f".{final.name}.*.tmp")  # a killed warm-up's staged folder; the lock keeps others out
         console.print(f"building the built-in model for task '{cfg.task.name}' -> {final}")
         with atomic.staged_dir(final) as tmp:
-            model, tokenizer, report = build_and_warm_up(cfg)
+            model, tokenizer, report = build_and_warm_up(cfg, score)
             report["path"] = str(final)
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
@@ -53,8 +59,8 @@ def ensure_builtin(cfg: TsctlConfig, rebuild: bool = False) -> Path:
     return final
 
 
-def build_and_warm_up(cfg: TsctlConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
-    """Build the tiny model, warm it up on the task's train split, score it on held-out problems."""
+def build_and_warm_up(cfg: TsctlConfig, score: Scorer) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
+    """Build the tiny model, warm it up on the task's train split, score it on held-out problems with ``score``."""
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=cfg.model.warmup.seed)
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
@@ -63,8 +69,7 @@ def build_and_warm_up(cfg: TsctlConfig) -> tuple[PreTrainedModel, PreTrainedToke
     examples = encode_examples(list(task.problems("train")), formatter, max_len)
     report = supervised_warmup(model, examples, cfg.model.warmup, formatter.pad_id)
     heldout = list(task.problems("heldout"))[: cfg.model.warmup.eval_problems]
-    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id)
-    report["heldout_accuracy"] = greedy_accuracy(engine, formatter, task, heldout, cfg.engine.max_new_tokens)
+    report["heldout_accuracy"] = score(model, formatter, task, heldout)
     report["heldout_problems"] = len(heldout)
     report["parameters"] = sum(p.numel() for p in model.parameters())
     report["task"] = cfg.task.name

@@ -16,8 +16,8 @@ from transformers import PreTrainedModel
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import WarmupConfig
+from tsctl.io.progress import make_progress
 from tsctl.models.prompts import PromptFormatter
-from tsctl.progress import make_progress
 from tsctl.tasks.base import Problem
 
 

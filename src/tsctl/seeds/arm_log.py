@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tsctl import atomic
+from tsctl.io import atomic
 
 
 class ArmLog:

@@ -28,28 +28,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from tsctl.trainer.samples import Sample
-
-MODEL_PREFIX, TRACES_PREFIX = "model:", "traces:"
-
-
-def source_of(checkpoint: str) -> str:
-    """``model``, ``traces`` or ``self`` for a seed's ``checkpoint`` string."""
-    if checkpoint.startswith(MODEL_PREFIX):
-        return "model"
-    if checkpoint.startswith(TRACES_PREFIX):
-        return "traces"
-    return "self"
-
-
-def window_start(step: int, refresh: int) -> int:
-    """First step of the refresh window holding ``step`` (0-based; ``refresh=0``: one window)."""
-    return step - step % refresh if refresh else 0
-
-
-def arm_of(behaviour_step: int, step: int, refresh: int) -> int:
-    """The arm (age in windows at the window's start) of a snapshot from ``behaviour_step`` serving ``step``."""
-    return (window_start(step, refresh) - behaviour_step) // refresh if refresh else 0
+from tsctl.models.samples import Sample
+from tsctl.seeds.base import arm_of, source_of
 
 
 def pow2_bin(x: int) -> str:

@@ -26,20 +26,19 @@ import torch
 from rich.markup import escape
 from transformers import PreTrainedModel
 
+from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine
+from tsctl.io.checkpoints import checkpoint_path, list_checkpoints, rng_state, set_rng_state
+from tsctl.io.progress import console
+from tsctl.io.shards import ShardError, checksum_path, read_shard, write_shard
 from tsctl.models.loading import load_model
 from tsctl.models.prompts import PromptFormatter
-from tsctl.progress import console
+from tsctl.models.samples import Sample
+from tsctl.seeds.base import Seed, seeded_count, seeds_from_table, window
 from tsctl.seeds.behaviour import WindowWriter
-from tsctl.seeds.shards import ShardError, checksum_path, read_shard, write_shard
 from tsctl.tasks.base import Problem, Task
-from tsctl.trainer.checkpoint import checkpoint_path, list_checkpoints, rng_state, set_rng_state
-from tsctl.trainer.rollout import Seed, seeded_count, seeds_from_table
-from tsctl.trainer.samples import Sample
-from tsctl.trainer.schedule import step_prompts, step_seed
-
-SEED_SAMPLING = 4
+from tsctl.tasks.schedule import step_prompts
 
 
 class SeedBank:
@@ -55,7 +54,7 @@ class SeedBank:
     def __init__(self, folder: Path, cfg: TsctlConfig, formatter: PromptFormatter, task: Task, problems: Sequence[Problem], checkpoints: Path, base: str) -> None:
         self.folder, self.cfg, self.formatter, self.task, self.problems = folder, cfg, formatter, task, problems
         self.checkpoints, self.base = checkpoints, base
-        self.k = seeded_count(cfg.trainer.n, cfg.ratio)
+        self.k = seeded_count(cfg)
         self.start = -1
         self.rows: list[Seed] = []
         self.ids: list[str] = []
@@ -64,11 +63,7 @@ class SeedBank:
 
     def window(self, step: int) -> tuple[int, int]:
         """First and one-past-last step served by the shard that covers ``step``."""
-        steps = self.cfg.trainer.steps
-        if self.cfg.refresh == 0:
-            return 0, steps
-        first = step - step % self.cfg.refresh
-        return first, min(first + self.cfg.refresh, steps)
+        return window(step, self.cfg.refresh, self.cfg.trainer.steps)
 
     def path(self, first: int) -> Path:
         return self.folder / f"step-{first:06d}.parquet"
@@ -133,7 +128,7 @@ class SeedBank:
         bs = self.cfg.trainer.batch_size
         indices = [i for s in range(first, last) for i in step_prompts(self.cfg.seed, s, bs, len(self.problems))]
         serve_steps = [s for s in range(first, last) for _ in range(bs)]
-        sample_seed = step_seed(self.cfg.seed, first, SEED_SAMPLING)
+        sample_seed = step_seed(self.cfg.seed, first, Stream.SEED_SAMPLING)
         columns = self.writer.columns(first, [self.problems[i] for i in indices], serve_steps, self.k, sample_seed, model, engine)
         write_shard(self.path(first), "seed", columns, {"first_step": str(first), "last_step": str(last)}, overwrite=True)
 

@@ -25,23 +25,22 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine
 from tsctl.engines.factory import build_engine
-from tsctl.models.precision import compute_dtype
 from tsctl.models.loading import load_model
+from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
+from tsctl.models.samples import Sample
 from tsctl.seeds.arm_log import ArmLog
 from tsctl.seeds.attribution import arm_rewards, attribution_metrics
+from tsctl.seeds.base import arm_of
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.pool import SNAPSHOT_FILE, BehaviourPool, Snapshot, probe_problems, probe_surprisal
 from tsctl.seeds.selectors import ArmStats, select
 from tsctl.seeds.sources import external_source
 from tsctl.tasks.base import Problem, Task
-from tsctl.trainer.samples import Sample
-from tsctl.trainer.schedule import step_seed
-
-SELECT_SEED, ARM_SEED = 6, 100
 
 
 class WindowWriter:
@@ -72,7 +71,7 @@ class WindowWriter:
             surprisal = probe_surprisal(engine, self.formatter, self.probes, self.cfg) if self.probes else None
             self.pool.add(first, model, self.formatter.tokenizer, surprisal)
         arms = self.pool.arms(first)
-        choice = select(self.cfg.seeds.selector, self.stats(first, arms), len(problems), np.random.default_rng([self.cfg.seed, first, SELECT_SEED]), self.cfg.seeds.bandit, self.cfg.seeds.bandit_c)
+        choice = select(self.cfg.seeds.selector, self.stats(first, arms), len(problems), np.random.default_rng([self.cfg.seed, first, int(Stream.SELECTOR)]), self.cfg.seeds.bandit, self.cfg.seeds.bandit_c)
         parts: dict[int, dict[str, list]] = {}
         for arm in sorted(set(choice)):
             chosen = [i for i, a in enumerate(choice) if a == arm]
@@ -80,7 +79,7 @@ class WindowWriter:
             if snap.step == first:
                 parts[arm] = self._write(model, engine, snap, subset, steps, k, sample_seed)
             else:
-                parts[arm] = self._write_snapshot(snap, subset, steps, k, step_seed(self.cfg.seed, first, ARM_SEED + self.age(snap, first)))
+                parts[arm] = self._write_snapshot(snap, subset, steps, k, step_seed(self.cfg.seed, first, Stream.ARM + self.age(snap, first)))
         return _interleave(parts, choice, k)
 
     def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
@@ -91,7 +90,7 @@ class WindowWriter:
 
     def age(self, snap: Snapshot, first: int) -> int:
         """The arm of ``snap`` in the window opening at ``first``: its age in refresh windows."""
-        return (first - snap.step) // self.cfg.refresh if self.cfg.refresh else 0
+        return arm_of(snap.step, first, self.cfg.refresh)
 
     def stats(self, first: int, arms: Sequence[Snapshot]) -> ArmStats:
         """What the selector sees: the arms newest first, their probe surprisal and bandit rewards."""

@@ -10,13 +10,14 @@ from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
+from tsctl.engines.own_logprobs import uses_engine_logprobs
+from tsctl.models.batch import pack
+from tsctl.models.logprobs import recompute_for
 from tsctl.models.precision import model_device
 from tsctl.models.prompts import PromptFormatter
+from tsctl.models.samples import Sample
 from tsctl.seeds.truncation import CutContext, choose_cut, find_answer_start
 from tsctl.tasks.base import Problem, Task
-from tsctl.trainer import pi_old
-from tsctl.trainer.batch import pack
-from tsctl.trainer.samples import Sample
 
 
 def boundary_ids(formatter: PromptFormatter) -> frozenset[int]:
@@ -55,7 +56,7 @@ def seed_columns(
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=sample_seed)
     completions = engine.generate(requests, params)
     samples = [Sample(group=i // k, prompt_id=problems[i // k].id, prompt_ids=r.prompt_ids, generated_ids=c.token_ids, generated_logprobs=c.logprobs, finished=c.finished) for i, (r, c) in enumerate(zip(requests, completions))]
-    if pi_old.from_engine(cfg, engine, model) and not teacher_forced:
+    if uses_engine_logprobs(cfg, engine, model) and not teacher_forced:
         logprobs, entropies = [c.logprobs for c in completions], [c.entropies for c in completions]
     else:
         logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, cfg)
@@ -107,6 +108,6 @@ def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, 
     """Per-sample log-probs and entropies of the generated tokens under ``model`` (the trainer's forward
     settings), at most ``chunk`` rows per forward."""
     batch = pack(samples, torch.zeros(len(samples)), pad_id, model_device(model))
-    lp, ent = pi_old.recompute_for(cfg, model, batch, micro_batch_size=chunk)
+    lp, ent = recompute_for(cfg, model, batch, micro_batch_size=chunk)
     lengths = [len(s.generated_ids) for s in samples]
     return [row[:n] for row, n in zip(lp.tolist(), lengths)], [row[:n] for row, n in zip(ent.tolist(), lengths)]

@@ -28,15 +28,14 @@ from typing import Sequence
 import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tsctl import atomic
+from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
+from tsctl.io import atomic
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem
-from tsctl.trainer.schedule import step_seed
 
 SNAPSHOT_FILE = "snapshot.json"
-PROBE_SEED = 5
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -100,7 +99,7 @@ class BehaviourPool:
 
 def probe_problems(problems: Sequence[Problem], count: int, seed: int) -> list[Problem]:
     """The fixed probe set: ``count`` train problems drawn once per run seed (all when fewer)."""
-    rng = np.random.default_rng([seed, PROBE_SEED])
+    rng = np.random.default_rng([seed, int(Stream.PROBE)])
     picked = rng.choice(len(problems), size=min(count, len(problems)), replace=False)
     return [problems[int(i)] for i in picked]
 
@@ -114,6 +113,6 @@ def probe_surprisal(engine: Engine, formatter: PromptFormatter, probes: Sequence
     """
     e = cfg.engine
     requests = [Request(prompt_ids=formatter.prompt_ids(p.question)) for p in probes for _ in range(cfg.seeds.probe_samples)]
-    params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=step_seed(cfg.seed, 0, PROBE_SEED))
+    params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=step_seed(cfg.seed, 0, Stream.PROBE))
     logprobs = [lp for c in engine.generate(requests, params) for lp in c.logprobs]
     return float(-np.mean(logprobs)) if logprobs else 0.0

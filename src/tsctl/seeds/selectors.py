@@ -31,6 +31,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tsctl.config.registry import Registry
+
 
 @dataclass(frozen=True)
 class ArmStats:
@@ -56,55 +58,44 @@ class ArmStats:
 Selector = Callable[[ArmStats, int, np.random.Generator, str, float], list[int]]
 """``(stats, prompts, rng, bandit, c) -> arm per prompt``; ``bandit`` and ``c`` are ``seeds.bandit``/``seeds.bandit_c``."""
 
-SELECTORS: dict[str, Selector] = {}
+SELECTORS: Registry[Selector] = Registry("selector")
 """Selectors by ``seeds.selector`` name."""
 
 BANDITS = ("thompson", "ucb")
 """Values of ``seeds.bandit``."""
 
 
-def register_selector(name: str) -> Callable[[Selector], Selector]:
-    """Add a selector to :data:`SELECTORS` under ``name``."""
-
-    def add(fn: Selector) -> Selector:
-        SELECTORS[name] = fn
-        return fn
-
-    return add
-
-
 def select(name: str, stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str = "thompson", c: float = 1.0) -> list[int]:
     """The arm (index into ``stats``, 0 = newest) of each of ``prompts`` prompts under selector ``name``."""
-    if name not in SELECTORS:
-        raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(SELECTORS)}")
+    selector = SELECTORS.get(name)
     if len(stats) == 0:
         raise ValueError("the behaviour pool is empty: a window needs at least one snapshot")
-    return SELECTORS[name](stats, prompts, rng, bandit, c)
+    return selector(stats, prompts, rng, bandit, c)
 
 
-@register_selector("latest")
+@SELECTORS.register("latest")
 def _latest(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
     return [0] * prompts
 
 
-@register_selector("oldest")
+@SELECTORS.register("oldest")
 def _oldest(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
     return [len(stats) - 1] * prompts
 
 
-@register_selector("uniform")
+@SELECTORS.register("uniform")
 def _uniform(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
     return [int(a) for a in rng.integers(0, len(stats), size=prompts)]
 
 
-@register_selector("max_entropy")
+@SELECTORS.register("max_entropy")
 def _max_entropy(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
     if stats.surprisal is None or len(stats.surprisal) != len(stats):
         raise ValueError("max_entropy needs every arm's probe surprisal")
     return [int(np.argmax(stats.surprisal))] * prompts  # argmax takes the first (newest) of ties
 
 
-@register_selector("bandit")
+@SELECTORS.register("bandit")
 def _bandit(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
     pulls = np.asarray(stats.pulls if len(stats.pulls) else [0] * len(stats), dtype=np.float64)
     rewards = np.asarray(stats.rewards if len(stats.rewards) else [0.0] * len(stats), dtype=np.float64)

@@ -28,18 +28,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from tsctl.config.errors import ConfigError
+from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.factory import build_engine
-from tsctl.models.precision import compute_dtype
 from tsctl.models.loading import load_model
+from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
-from tsctl.seeds.attribution import MODEL_PREFIX, TRACES_PREFIX
+from tsctl.seeds.base import MODEL_PREFIX, TRACES_PREFIX
 from tsctl.seeds.generate import cut_points, seed_columns
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.records import DataError, read_records
@@ -132,10 +133,13 @@ class TraceSource:
         }
 
 
+SOURCES: Registry[Callable[[TsctlConfig, PromptFormatter, Task], ModelSource | TraceSource | None]] = Registry("seed source")
+"""Who writes the seeds, by ``seeds.source``: the run's own snapshots (``self``: no outside source), another model, a trace file."""
+SOURCES.register("self")(lambda cfg, formatter, task: None)
+SOURCES.register("model")(ModelSource)
+SOURCES.register("traces")(TraceSource)
+
+
 def external_source(cfg: TsctlConfig, formatter: PromptFormatter, task: Task) -> ModelSource | TraceSource | None:
     """The source named by ``seeds.source`` (None for ``self``: the run's own snapshots)."""
-    if cfg.seeds.source == "model":
-        return ModelSource(cfg, formatter, task)
-    if cfg.seeds.source == "traces":
-        return TraceSource(cfg, formatter, task)
-    return None
+    return SOURCES.get(cfg.seeds.source)(cfg, formatter, task)

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import AbstractSet, Callable, Mapping, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 import numpy as np
 
+from tsctl.config.registry import Registry
 from tsctl.config.schema import SeedsConfig
 
 
@@ -73,30 +73,8 @@ Strategy = Callable[[Sequence[int], int, CutContext, SeedsConfig, np.random.Gene
 SCHEDULES: tuple[str, ...] = ("cosine", "linear")
 """Shapes of the ``schedule`` strategy (``seeds.schedule``)."""
 
-_REGISTRY: dict[str, Strategy] = {}
-STRATEGIES: Mapping[str, Strategy] = MappingProxyType(_REGISTRY)
-"""Read-only view of the registered strategies, by name."""
-
-
-def register_strategy(name: str) -> Callable[[Strategy], Strategy]:
-    """Decorator adding a strategy to the registry under ``name`` (names are unique)."""
-
-    def add(fn: Strategy) -> Strategy:
-        if name in _REGISTRY:
-            raise ValueError(f"truncation strategy {name!r} is already registered")
-        _REGISTRY[name] = fn
-        return fn
-
-    return add
-
-
-def get_strategy(name: str) -> Strategy:
-    """The strategy registered as ``name``; an unknown name raises ValueError listing the valid ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        valid = ", ".join(sorted(_REGISTRY))
-        raise ValueError(f"unknown truncation strategy {name!r}; valid names: {valid}") from None
+STRATEGIES: Registry[Strategy] = Registry("truncation strategy")
+"""The strategies by name (the values of ``truncation``)."""
 
 
 def cut_span(response_ids: Sequence[int], ctx: CutContext, cfg: SeedsConfig) -> int:
@@ -118,7 +96,7 @@ def choose_cut(
 
     Returns an int in ``[0, cut_span(response_ids, ctx, cfg)]``; the same rng state gives the same cut.
     """
-    fn = get_strategy(strategy)
+    fn = STRATEGIES.get(strategy)
     span = cut_span(response_ids, ctx, cfg)
     cut = int(fn(response_ids, span, ctx, cfg, rng))
     if not 0 <= cut <= span:
@@ -177,7 +155,7 @@ def _at_fraction(fraction: float, span: int) -> int:
     return min(span, max(0, math.floor(fraction * span + 0.5)))
 
 
-@register_strategy("fixed")
+@STRATEGIES.register("fixed")
 def _fixed(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -185,7 +163,7 @@ def _fixed(
     return _at_fraction(cfg.fraction, span)
 
 
-@register_strategy("uniform")
+@STRATEGIES.register("uniform")
 def _uniform(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -193,7 +171,7 @@ def _uniform(
     return _at_fraction(rng.uniform(cfg.lo, cfg.hi), span)
 
 
-@register_strategy("boundary")
+@STRATEGIES.register("boundary")
 def _boundary(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -205,7 +183,7 @@ def _boundary(
     return min(after_boundary, key=lambda cut: (abs(cut - target), cut))
 
 
-@register_strategy("entropy")
+@STRATEGIES.register("entropy")
 def _entropy(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -227,7 +205,7 @@ def _entropy(
     return int(np.argmax(entropies))
 
 
-@register_strategy("schedule")
+@STRATEGIES.register("schedule")
 def _schedule(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:

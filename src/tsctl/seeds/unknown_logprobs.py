@@ -23,37 +23,45 @@ import torch
 from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
-from tsctl.trainer import pi_old
-from tsctl.trainer.batch import RolloutBatch, old_logprobs
-from tsctl.trainer.samples import PREFIX
+from tsctl.models.batch import RolloutBatch, old_logprobs
+from tsctl.models.logprobs import recompute_for
+from tsctl.models.samples import PREFIX
 
 TRACE_LOGPROBS = ("exclude", "cap")
 """Values of ``seeds.trace_logprobs``."""
 
 
-def ratio_inputs(
-    old: torch.Tensor, batch: RolloutBatch, loss_mask: torch.Tensor, cfg: TsctlConfig, model: PreTrainedModel, engine_old: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The log-probs each ratio is taken against [B, T] and the loss mask [B, T], unknown pi_b resolved.
+def unknown_pi_b(batch: RolloutBatch) -> torch.Tensor:
+    """Seed-prefix tokens whose pi_b is unknown (NaN ``behaviour_logprobs``: trace seeds), [B, T] bool.
+
+    With ``seeds.trace_logprobs=exclude`` they leave the loss mask (:func:`tsctl.trainer.update.loss_mask`).
+    """
+    return (batch.source == PREFIX) & torch.isnan(batch.behaviour_logprobs)
+
+
+def ratio_denominators(old: torch.Tensor, batch: RolloutBatch, cfg: TsctlConfig, model: PreTrainedModel, engine_old: bool) -> torch.Tensor:
+    """The log-probs each ratio is taken against [B, T]: pi_b on prefix tokens, pi_old elsewhere, unknown pi_b resolved.
 
     Args:
         old: pi_old's log-probs [B, T] (``engine_old``: as the engine reported them, 0 on prefix
             tokens; else a teacher-forced forward, every response token).
         batch: the step's samples; ``behaviour_logprobs`` is NaN on prefix tokens of unknown pi_b.
-        loss_mask: [B, T] tokens that enter the loss.
         model: the policy at the start of the update (pi_old), for the forward ``cap`` needs with
             ``engine_old``.
+
+    Prefix tokens of unknown pi_b get 0 under ``exclude`` (they are out of the loss mask) and pi_old's
+    log-prob under ``cap``.
     """
     denominators = old_logprobs(old, batch)
-    unknown = (batch.source == PREFIX) & torch.isnan(batch.behaviour_logprobs)
+    unknown = unknown_pi_b(batch)
     if not bool(unknown.any()):
-        return denominators, loss_mask
+        return denominators
     if cfg.seeds.trace_logprobs == "exclude":
-        return torch.where(unknown, torch.zeros_like(denominators), denominators), loss_mask & ~unknown
+        return torch.where(unknown, torch.zeros_like(denominators), denominators)
     current = old
     if engine_old:
         rows = unknown.any(1).nonzero().squeeze(1)
-        recomputed = pi_old.recompute_for(cfg, model, batch.rows(rows), entropy=False)[0]
+        recomputed = recompute_for(cfg, model, batch.rows(rows), entropy=False)[0]
         current = old.clone()
         current[rows, : recomputed.shape[1]] = recomputed
-    return torch.where(unknown, current, denominators), loss_mask
+    return torch.where(unknown, current, denominators)

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import fields
 from typing import Sequence
 
 from tsctl.config.schema import ArithmeticConfig
 from tsctl.tasks.base import Problem
-from tsctl.tasks.synthetic import SyntheticTask, draw_distinct
+from tsctl.tasks.synthetic import SyntheticTask, draw_distinct, int_config
 
 _INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
 
@@ -77,8 +76,7 @@ class ArithmeticTask(SyntheticTask):
     name = "arithmetic"
 
     def __init__(self, cfg: ArithmeticConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
-        # A plain copy: reading an OmegaConf node's attributes is slow in the generation loop.
-        cfg = ArithmeticConfig(**{f.name: int(getattr(cfg, f.name)) for f in fields(ArithmeticConfig)})
+        cfg = int_config(ArithmeticConfig, cfg)
         if not 2 <= cfg.min_terms <= cfg.max_terms:
             raise ValueError("task.arithmetic.min_terms/max_terms: need 2 <= min_terms <= max_terms")
         if cfg.max_digits < 1:

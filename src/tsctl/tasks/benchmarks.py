@@ -14,9 +14,9 @@ from typing import Optional
 
 from omegaconf import OmegaConf
 
-import tsctl
+from tsctl.config.store import conf_dir
 from tsctl.tasks.base import Problem, Split
-from tsctl.tasks.grading import GRADERS, ensure_answer_line, extract_answer, grade
+from tsctl.tasks.grading import GRADERS, ensure_answer_line, response_reward
 from tsctl.tasks.records import ANSWER_RULES, FORMATS, DataError, Record, map_rows, read_records
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -53,13 +53,6 @@ class BenchmarkConfig:
     """Text appended to each question on a new line; empty for none."""
     answer_marker: Optional[str] = "Answer:"
     """A response's answer is its last \\boxed{}, else after its last ####, else after this marker."""
-
-
-def conf_dir() -> Path:
-    """The ``conf`` folder: the checkout's when running from one, else the copy packaged with tsctl."""
-    package = Path(tsctl.__file__).resolve().parent
-    checkout = package.parents[1] / "conf"
-    return checkout if checkout.is_dir() else package / "conf"
 
 
 def available_benchmarks() -> list[str]:
@@ -190,10 +183,7 @@ class BenchmarkTask:
 
     def reward(self, problem: Problem, response: str) -> float:
         """1.0 when the response's final answer matches the gold answer under the benchmark's grader, else 0.0."""
-        try:
-            return grade(extract_answer(response, self.answer_marker), problem.answer, self.cfg.grader)
-        except Exception:  # noqa: BLE001 - a reward never raises on model output
-            return 0.0
+        return response_reward(response, problem.answer, self.answer_marker, self.cfg.grader)
 
 
 def benchmark_task(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 from typing import Sequence
@@ -41,7 +41,7 @@ import numpy as np
 
 from tsctl.config.schema import CountdownConfig
 from tsctl.tasks.base import Problem
-from tsctl.tasks.synthetic import SyntheticTask, draw_distinct
+from tsctl.tasks.synthetic import SyntheticTask, draw_distinct, int_config
 
 MAX_NUMBERS = 5
 """Largest supported ``max_numbers``: five numbers have 52,360 solution shapes to enumerate (about
@@ -257,8 +257,7 @@ class CountdownTask(SyntheticTask):
     name = "countdown"
 
     def __init__(self, cfg: CountdownConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
-        # A plain copy: reading an OmegaConf node's attributes is slow in the generation loop.
-        cfg = CountdownConfig(**{f.name: int(getattr(cfg, f.name)) for f in fields(CountdownConfig)})
+        cfg = int_config(CountdownConfig, cfg)
         if not 2 <= cfg.min_numbers <= cfg.max_numbers <= MAX_NUMBERS:
             raise ValueError(
                 f"task.countdown.min_numbers/max_numbers: need 2 <= min_numbers <= max_numbers <= {MAX_NUMBERS}"

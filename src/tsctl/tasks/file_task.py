@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from tsctl.config.schema import FileTaskConfig
 from tsctl.tasks.base import Problem, Split
-from tsctl.tasks.grading import GRADERS, ensure_answer_line, extract_answer, grade
+from tsctl.tasks.grading import GRADERS, ensure_answer_line, response_reward
 from tsctl.tasks.records import DataError, Record, read_records
 
 logger = logging.getLogger(__name__)
@@ -64,10 +64,7 @@ class FileTask:
 
     def reward(self, problem: Problem, response: str) -> float:
         """1.0 when the response's final answer matches the gold answer under ``task.file.grader``, else 0.0."""
-        try:
-            return grade(extract_answer(response, self.answer_marker), problem.answer, self.cfg.grader)
-        except Exception:  # noqa: BLE001 - a reward never raises on model output
-            return 0.0
+        return response_reward(response, problem.answer, self.answer_marker, self.cfg.grader)
 
     def _read(self, path: str, on_bad_row: str, key: str) -> list[Record]:
         """The good rows of ``path`` (named by ``task.file.<key>``); DataError when there are none."""

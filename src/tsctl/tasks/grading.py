@@ -202,6 +202,15 @@ def grade(
         return 0.0
 
 
+def response_reward(response: str, gold: str, marker: str | None, mode: str) -> float:
+    """The reward of a file task's or a benchmark's response: :func:`grade` of its :func:`extract_answer`
+    against ``gold``, 0.0 for anything that fails on the model's text (a reward never raises on model output)."""
+    try:
+        return grade(extract_answer(response, marker), gold, mode)
+    except Exception:  # noqa: BLE001 - a reward never raises on model output
+        return 0.0
+
+
 def _symbolic_ok(answer: str) -> bool:
     """Whether an answer's brackets are shallow enough to hand to the symbolic parser."""
     depth = 0

@@ -7,13 +7,21 @@ size grows, and questions are distinct across both splits.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+from dataclasses import fields
+from typing import Any, Callable, Sequence, TypeVar
 
 from tsctl.config.errors import ConfigError
 from tsctl.tasks.base import Problem, Split
 
 T = TypeVar("T")
+C = TypeVar("C")
 MAX_FAILED_DRAWS = 10_000
+
+
+def int_config(cls: type[C], cfg: Any) -> C:
+    """A plain ``cls`` dataclass copy of a generator config whose fields are all ints (``cfg`` may be an
+    OmegaConf node: reading a node's attributes is slow in the generation loop)."""
+    return cls(**{f.name: int(getattr(cfg, f.name)) for f in fields(cls)})
 
 
 def draw_distinct(draw: Callable[[], tuple[str, T]], size: int, taken: set[str], family: str, knobs: str) -> list[tuple[str, T]]:

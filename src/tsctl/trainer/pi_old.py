@@ -3,15 +3,16 @@
 ``trainer.old_logprobs`` picks the source:
 
 - ``recompute``: a no-grad forward of the trainer's model over the packed batch before the update
-  (micro-batched like the update);
+  (micro-batched like the update; :func:`tsctl.models.logprobs.recompute_for`);
 - ``engine``: what the rollout engine reported while sampling (the drawn tokens' log-probs, the
   entropy at every generated and prefix token). No extra forward. It equals a recompute up to float
   rounding only when the engine runs the trainer's weights with the same numerics and samples from
   the full tempered distribution: the ``hf`` engine (``reports_token_stats``), ``top_p=1``, float32;
-- ``auto``: ``engine`` where that holds, else ``recompute``.
+- ``auto``: ``engine`` where that holds, else ``recompute``
+  (:func:`tsctl.engines.own_logprobs.uses_engine_logprobs` decides).
 
 Either way prefix tokens take their ratio against the stored pi_b log-probs
-(:func:`tsctl.trainer.batch.old_logprobs`); seed shards take pi_b's log-probs from the same source.
+(:func:`tsctl.models.batch.old_logprobs`); seed shards take pi_b's log-probs from the same source.
 
 A recomputed pi_old is never trusted silently against the engine's: :func:`logprob_gap` measures, per
 step, how far the engine's log-probs of the tokens it generated are from the trainer's (the step
@@ -21,6 +22,7 @@ distribution than the one the update assumes (different weights, a nucleus, a nu
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -28,19 +30,35 @@ from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine
-from tsctl.models.precision import autocast, compute_dtype, model_device
-from tsctl.trainer.batch import LOGITS_CHUNK_MIB, RolloutBatch, response_logprobs
-from tsctl.trainer.micro_batches import micro_batches
-from tsctl.trainer.samples import PREFIX, Sample
+from tsctl.engines.own_logprobs import uses_engine_logprobs
+from tsctl.models.batch import RolloutBatch
+from tsctl.models.logprobs import recompute_for
+from tsctl.models.samples import PREFIX, Sample
 
 
-def from_engine(cfg: TsctlConfig, engine: Engine, model: PreTrainedModel) -> bool:
-    """True when pi_old (and pi_b of new seeds) comes from the engine's own log-probs, per ``trainer.old_logprobs``."""
-    mode = cfg.trainer.old_logprobs
-    if mode == "auto":
-        fp32 = next(model.parameters()).dtype == torch.float32 and compute_dtype(cfg, model) == torch.float32
-        return bool(getattr(engine, "reports_token_stats", False)) and cfg.engine.top_p == 1 and fp32
-    return mode == "engine"
+@dataclass
+class PiOld:
+    """pi_old of one step's batch.
+
+    Attributes:
+        logprobs: [B, T] pi_old's log-probs of the response tokens (0 on prefix tokens when from the engine).
+        entropy: [B, T] pi_old's entropy at every response token.
+        from_engine: whether both came from the engine (else from a recompute).
+        gap: the ``logprob_gap/*`` metrics of a recompute against the engine's log-probs (empty from the engine).
+    """
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor
+    from_engine: bool
+    gap: dict[str, float] = field(default_factory=dict)
+
+
+def step_pi_old(cfg: TsctlConfig, engine: Engine, model: PreTrainedModel, samples: Sequence[Sample], batch: RolloutBatch) -> PiOld:
+    """pi_old of ``batch`` (packed from ``samples``) from the source ``trainer.old_logprobs`` picks."""
+    if uses_engine_logprobs(cfg, engine, model):
+        return PiOld(*engine_stats(samples, batch), from_engine=True)
+    logprobs, entropy = recompute_for(cfg, model, batch)
+    return PiOld(logprobs, entropy, from_engine=False, gap=logprob_gap(engine_logprobs(samples, batch), logprobs, batch))
 
 
 def engine_stats(samples: Sequence[Sample], batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,42 +105,3 @@ def logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, batch: RolloutBatch
         "logprob_gap/mean": float(diff.mean()),
         "logprob_gap/ratio_mean": float(diff.exp().mean()),
     }
-
-
-def recompute(
-    model: PreTrainedModel, batch: RolloutBatch, temperature: float, micro_batch_size: int = 0, entropy: bool = True,
-    share_prompts: bool = True, micro_batch_tokens: int = 0, compute_dtype: torch.dtype | None = None,
-    logits_chunk_mib: float = LOGITS_CHUNK_MIB,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """No-grad log-probs [B, T] (and entropies [B, T] when asked) of ``model``, on the batch's device.
-
-    Micro-batched as the update is (:func:`~tsctl.trainer.micro_batches.micro_batches`: at most
-    ``micro_batch_size`` rows, ``micro_batch_tokens`` padded tokens; 0 = no limit), computed under
-    autocast to ``compute_dtype`` (None or float32: none). ``share_prompts`` and ``logits_chunk_mib``:
-    as in :func:`~tsctl.trainer.batch.response_logprobs`.
-    """
-    T = batch.resp_mask.shape[1]
-    logps = torch.zeros(batch.resp_mask.shape, dtype=torch.float32, device=batch.device)
-    ents = torch.zeros(batch.resp_mask.shape, dtype=torch.float32, device=batch.device) if entropy else None
-    lengths = batch.attention_mask.sum(1).tolist()
-    with torch.no_grad(), autocast(model_device(model), compute_dtype):
-        for idx in micro_batches(torch.arange(len(batch)), lengths, micro_batch_size, micro_batch_tokens):
-            idx = idx.to(batch.device)
-            sub = batch.rows(idx)
-            lp, ent = response_logprobs(model, sub, temperature, with_entropy=entropy, share_prompts=share_prompts, logits_chunk_mib=logits_chunk_mib)
-            logps[idx] = torch.nn.functional.pad(lp, (0, T - lp.shape[1]))
-            if entropy:
-                ents[idx] = torch.nn.functional.pad(ent, (0, T - ent.shape[1]))
-    return logps, ents
-
-
-def recompute_for(
-    cfg: TsctlConfig, model: PreTrainedModel, batch: RolloutBatch, entropy: bool = True, micro_batch_size: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`recompute` with the trainer's settings of ``cfg`` (``micro_batch_size`` overrides the config's)."""
-    tr = cfg.trainer
-    return recompute(
-        model, batch, cfg.engine.temperature or 1.0, tr.micro_batch_size if micro_batch_size is None else micro_batch_size,
-        entropy=entropy, share_prompts=tr.share_prompts, micro_batch_tokens=tr.micro_batch_tokens,
-        compute_dtype=compute_dtype(cfg, model), logits_chunk_mib=tr.logits_chunk_mib,
-    )

@@ -16,10 +16,10 @@ import torch
 from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
+from tsctl.models.batch import RolloutBatch
 from tsctl.models.loading import load_model
+from tsctl.models.logprobs import recompute_for
 from tsctl.models.precision import model_device
-from tsctl.trainer import pi_old
-from tsctl.trainer.batch import RolloutBatch
 
 
 def load_reference(cfg: TsctlConfig, path: str) -> PreTrainedModel | None:
@@ -37,7 +37,7 @@ def reference_logprobs(ref: PreTrainedModel, batch: RolloutBatch, cfg: TsctlConf
     if cfg.algo.ref_placement == "offload" and model_device(ref) != batch.device:
         ref.to(batch.device)
         try:
-            return pi_old.recompute_for(cfg, ref, batch, entropy=False)[0]
+            return recompute_for(cfg, ref, batch, entropy=False)[0]
         finally:
             ref.to("cpu")
-    return pi_old.recompute_for(cfg, ref, batch.to(model_device(ref)), entropy=False)[0].to(batch.device)
+    return recompute_for(cfg, ref, batch.to(model_device(ref)), entropy=False)[0].to(batch.device)

@@ -8,7 +8,7 @@ import torch
 
 from tsctl.algo.advantages import group_advantages, overlong_penalty
 from tsctl.config.schema import TsctlConfig
-from tsctl.trainer.samples import Sample
+from tsctl.models.samples import Sample
 
 
 def sample_advantages(samples: Sequence[Sample], cfg: TsctlConfig) -> torch.Tensor:

@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+from tsctl.config.rng import Stream, step_seed
+from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
 from tsctl.models.prompts import PromptFormatter
+from tsctl.models.samples import Sample
+from tsctl.seeds.base import Seed
 from tsctl.tasks.base import Problem, Task
-from tsctl.trainer.samples import Sample
-
-
-@dataclass(frozen=True)
-class Seed:
-    """A behaviour-policy prefix for one prompt.
-
-    Attributes:
-        prefix_ids: the cut behaviour response, shape [S] (never includes EOS).
-        prefix_logprobs: pi_b log-probs of ``prefix_ids``, shape [S].
-        behaviour_step: training step of the pi_b checkpoint.
-        checkpoint: the pi_b checkpoint (a folder or ``step-N``).
-    """
-
-    prefix_ids: list[int]
-    prefix_logprobs: list[float]
-    behaviour_step: int
-    checkpoint: str
-
-
-def seeds_from_table(table: dict[str, list]) -> list[Seed]:
-    """One :class:`Seed` per row of a seed shard (``read_shard(...).table.to_pydict()``): the cut prefix."""
-    return [
-        Seed(prefix_ids=ids[:cut], prefix_logprobs=lps[:cut], behaviour_step=step, checkpoint=ckpt)
-        for ids, lps, cut, step, ckpt in zip(table["response_ids"], table["logprobs"], table["cut"], table["checkpoint_step"], table["checkpoint"])
-    ]
-
-
-def seeded_count(n: int, ratio: float) -> int:
-    """Samples per group that continue a prefix: ``round(n * ratio / 100)``."""
-    return int(round(n * ratio / 100.0))
+from tsctl.tasks.schedule import extra_prompts, step_prompts
+from tsctl.trainer.context import StepContext
 
 
 def collect_groups(
@@ -90,3 +64,49 @@ def collect_groups(
         sample.reward = task.reward(problems[i], formatter.decode(sample.response_ids))
         samples.append(sample)
     return samples
+
+
+def step_params(cfg: TsctlConfig, step: int, stream: int = Stream.SAMPLING) -> SamplingParams:
+    """The rollout's sampling settings (``engine.*``) with the seed of ``stream`` at ``step``."""
+    e = cfg.engine
+    return SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=step_seed(cfg.seed, step, stream))
+
+
+def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
+    """The step's groups: ``trainer.batch_size`` prompts of the schedule, ``trainer.n`` samples each, the
+    first :func:`~tsctl.seeds.base.seeded_count` of a group continuing its seeds.
+
+    With ``algo.dynamic_sampling``, groups whose rewards are all equal are dropped and replaced by
+    groups of fresh prompts (:func:`~tsctl.tasks.schedule.extra_prompts`, no seeds), for at most
+    ``algo.max_resample_rounds`` rounds; refill round ``r`` numbers its groups from
+    ``batch_size * (r + 1)``. The first ``batch_size`` informative groups are kept (the whole first
+    draw when none is).
+    """
+    cfg, seeds = ctx.cfg, ctx.seeds
+    tr = cfg.trainer
+    indices = step_prompts(cfg.seed, step, tr.batch_size, len(ctx.problems))
+    group_seeds = seeds.for_step(step, indices) if seeds is not None else None
+    samples = collect_groups([ctx.problems[i] for i in indices], group_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, step_params(cfg, step))
+    if not cfg.algo.dynamic_sampling:
+        return samples
+    kept = _informative(samples)
+    for round_ in range(cfg.algo.max_resample_rounds):
+        missing = tr.batch_size - len({s.group for s in kept})
+        if missing <= 0:
+            break
+        extra = extra_prompts(cfg.seed, step, round_, missing, len(ctx.problems))
+        extra_seeds = seeds.for_extra(step, extra) if seeds is not None else None
+        params = step_params(cfg, step, Stream.RESAMPLE + round_)
+        refill = collect_groups([ctx.problems[i] for i in extra], extra_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=tr.batch_size * (round_ + 1))
+        kept += _informative(refill)
+    groups = set(sorted({s.group for s in kept})[: tr.batch_size])
+    chosen = [s for s in kept if s.group in groups]
+    return chosen if chosen else samples
+
+
+def _informative(samples: list[Sample]) -> list[Sample]:
+    """Samples of groups whose rewards are not all equal."""
+    by_group: dict[int, list[float]] = {}
+    for s in samples:
+        by_group.setdefault(s.group, []).append(s.reward)
+    return [s for s in samples if len(set(by_group[s.group])) > 1]

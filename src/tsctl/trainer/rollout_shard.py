@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from tsctl.trainer.samples import Sample
+from tsctl.io.shards import write_shard
+from tsctl.models.samples import Sample
 
 
 def rollout_columns(samples: Sequence[Sample], advantages: torch.Tensor, policy_step: int) -> dict[str, list]:
@@ -29,3 +31,9 @@ def rollout_columns(samples: Sequence[Sample], advantages: torch.Tensor, policy_
         "advantage": advantages.tolist(),
         "finished": [s.finished for s in samples],
     }
+
+
+def write_step_rollouts(folder: Path, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> Path:
+    """Write step ``step``'s (0-based) samples to ``folder/step-<step + 1>.parquet`` (``trainer.save_rollouts``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_shard(folder / f"step-{step + 1:06d}.parquet", "rollout", rollout_columns(samples, advantages, step), overwrite=True)

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
-from tsctl.trainer.batch import RolloutBatch
-from tsctl.trainer.samples import Sample
+from tsctl.models.batch import RolloutBatch
+from tsctl.models.samples import Sample
 
 
 def rollout_metrics(samples: Sequence[Sample], batch: RolloutBatch, entropy: torch.Tensor, position_bins: list[int], step: int) -> dict[str, float]:

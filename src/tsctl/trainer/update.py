@@ -5,8 +5,12 @@ covering every row (sizes differ by at most one, e.g. 10 rows in 4 give 3, 3, 2,
 may return a batch that does not divide; fewer rows than mini-batches give one row each); each is one
 optimiser step with its own token normaliser. A mini-batch may be split into micro-batches of at most
 ``trainer.micro_batch_size`` rows and ``trainer.micro_batch_tokens`` padded tokens
-(:mod:`tsctl.trainer.micro_batches`) whose losses are summed: every loss divides by the whole
+(:mod:`tsctl.models.micro_batches`) whose losses are summed: every loss divides by the whole
 mini-batch's normaliser, so the split changes neither the loss nor the gradient.
+
+The loss mask is built here, next to its normalisers (:func:`loss_mask`): every response token,
+less the seed-prefix tokens when ``seeds.train_prefix`` is off, the rows cut at the length limit
+when ``algo.overlong=mask``, and the prefix tokens of unknown pi_b when ``seeds.trace_logprobs=exclude``.
 
 Seed-prefix tokens take their dual-clip constant from ``algo.prefix_clip_c``
 (:func:`~tsctl.algo.losses.dual_clip_bounds`). The k3 KL penalty (``algo.kl_coef``) is applied to
@@ -27,11 +31,26 @@ from transformers import PreTrainedModel
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.schema import TsctlConfig
+from tsctl.models.batch import RolloutBatch
+from tsctl.models.logprobs import forward_tokens, response_logprobs
+from tsctl.models.micro_batches import micro_batches
 from tsctl.models.precision import autocast, compute_dtype
-from tsctl.trainer.batch import RolloutBatch, forward_tokens, response_logprobs
-from tsctl.trainer.micro_batches import micro_batches
+from tsctl.models.samples import PREFIX
+from tsctl.seeds.base import uses_seeds
+from tsctl.seeds.unknown_logprobs import unknown_pi_b
 from tsctl.trainer.nonfinite import NonFiniteGuard
-from tsctl.trainer.samples import PREFIX
+
+
+def loss_mask(batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
+    """The tokens that enter the loss and its token normaliser, [B, T] bool (see the module docstring)."""
+    mask = batch.resp_mask.clone()
+    if not cfg.seeds.train_prefix:
+        mask &= batch.source != PREFIX
+    if cfg.algo.overlong == "mask":
+        mask &= batch.finished.unsqueeze(1)
+    if cfg.seeds.trace_logprobs == "exclude":
+        mask &= ~unknown_pi_b(batch)
+    return mask
 
 
 def policy_update(
@@ -40,7 +59,6 @@ def policy_update(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     batch: RolloutBatch,
     old_logprobs: torch.Tensor,
-    loss_mask: torch.Tensor,
     cfg: TsctlConfig,
     generator: torch.Generator,
     ref_logprobs: torch.Tensor | None = None,
@@ -51,7 +69,6 @@ def policy_update(
     Args:
         batch: the step's samples, B rows.
         old_logprobs: [B, T] log-probs each ratio is taken against (pi_b on prefix tokens, pi_old elsewhere).
-        loss_mask: [B, T] tokens that enter the loss.
         generator: shuffles the rows (part of the resumable RNG state).
         ref_logprobs: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
         guard: the run's non-finite guard (a fresh one per ``trainer.nonfinite`` when None).
@@ -59,7 +76,8 @@ def policy_update(
     tr, al = cfg.trainer, cfg.algo
     loss_fn = get_policy_loss(al.loss)
     guard = guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
-    prefix_clip_c = al.prefix_clip_c if cfg.ratio > 0 else None
+    prefix_clip_c = al.prefix_clip_c if uses_seeds(cfg) else None
+    tokens = loss_mask(batch, cfg)
     metrics = MetricSums()
     B = len(batch)
     device = batch.device
@@ -69,14 +87,14 @@ def policy_update(
     for _ in range(tr.epochs):
         order = torch.randperm(B, generator=generator)
         for m, rows in enumerate(torch.tensor_split(order, min(tr.mini_batches, B))):
-            token_norm, seq_norm = loss_norms(loss_mask[rows.to(device)])
+            token_norm, seq_norm = loss_norms(tokens[rows.to(device)])
             optimizer.zero_grad(set_to_none=True)
             pending, loss_sum = MetricSums(), torch.zeros((), device=device)
             for idx in micro_batches(rows, lengths, tr.micro_batch_size, tr.micro_batch_tokens):
                 idx = idx.to(device)
                 sub = batch.rows(idx)
                 T = sub.resp_mask.shape[1]
-                mask, old = loss_mask[idx][:, :T], old_logprobs[idx][:, :T]
+                mask, old = tokens[idx][:, :T], old_logprobs[idx][:, :T]
                 with autocast(device, compute):
                     logprobs, entropy = response_logprobs(
                         model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0,
@@ -121,12 +139,12 @@ def _record(metrics: MetricSums, token: dict[str, torch.Tensor], mask: torch.Ten
     """Clip fractions and ratios overall, by token source and by position."""
     for name in ("clip_low", "clip_high", "clipped", "kl_k3", "pg_loss"):
         metrics.add_tokens(name, token[name], mask)
-    if cfg.algo.clip_c is not None or (cfg.ratio > 0 and cfg.algo.prefix_clip_c is not None):
+    if cfg.algo.clip_c is not None or (uses_seeds(cfg) and cfg.algo.prefix_clip_c is not None):
         metrics.add_tokens("clip_dual", token["clip_dual"], mask)
     metrics.add_tokens("ratio", token["ratio"], mask)
     metrics.add_pairs("clipped_by_source", split_by_source(token["clipped"], mask, sub.source))
     metrics.add_pairs("ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
     metrics.add_pairs("clipped_by_pos", absolute_bins(token["clipped"], mask, cfg.trainer.position_bins, response_mask=sub.resp_mask))
     metrics.add_pairs("clipped_by_rel", relative_deciles(token["clipped"], mask, response_mask=sub.resp_mask))
-    if cfg.ratio > 0:
+    if uses_seeds(cfg):
         metrics.add_pairs("clipped_by_source_pos", absolute_bins(token["clipped"], mask, cfg.trainer.position_bins, source=sub.source, response_mask=sub.resp_mask))

@@ -1,0 +1,1 @@
+"""The parts of ``bench/rl_step.py``: settings, the compared sides, timing and FLOPs, the report."""

@@ -1,0 +1,133 @@
+"""The ``engine``, ``algo`` and ``seeds`` groups: how rollouts are sampled, the objective, Thinking Seeds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class EngineConfig:
+    """Rollout backend and sampling parameters."""
+
+    name: str = "hf"
+    """``hf`` (transformers; CPU or one GPU) or ``vllm`` (GPU)."""
+    temperature: float = 0.6
+    """Sampling temperature (0 = greedy). 0.6 suits the built-in model: at 1.0 its samples solve half as
+    often as its greedy answers and RL there lowered greedy accuracy; large models usually train at 1.0."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1]."""
+    max_new_tokens: int = 48
+    """Longest response, in tokens; longer responses are truncated."""
+    batch_size: int = 256
+    """Sequences decoded together: ``hf`` chunks prompts x n to this; ``vllm`` takes it as ``max_num_seqs``."""
+    gpu_memory_utilization: float = 0.5
+    """vllm only: share of GPU memory vLLM may take while awake (weights + KV cache; the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """vllm only: GPUs the engine's model is split over (weights reach them by CUDA IPC, not through the host)."""
+    dtype: str = "bfloat16"
+    """vllm only: dtype of vLLM's weights and compute (``bfloat16``, ``float16`` or ``float32``), whatever
+    the trainer's; the trainer's weights are cast to it at every sync."""
+    max_model_len: Optional[int] = None
+    """vllm only: longest prompt + prefix + response, in tokens (sizes vLLM's KV cache); null = the
+    model's ``max_position_embeddings``. A request that does not fit is refused, never cut short."""
+    enable_sleep_mode: bool = True
+    """vllm only: discard vLLM's weights and KV cache during the update (sleep level 2) and bring them
+    back after the weight sync, so vLLM and the trainer share one GPU."""
+
+
+@dataclass
+class AlgoConfig:
+    """Policy-gradient objective: DAPO/GRPO with token-level clipped importance ratios."""
+
+    loss: str = "dapo"
+    """Policy loss in the registry: ``dapo`` (token-mean, clip-higher) or ``grpo`` (sequence-mean)."""
+    clip_low: float = 0.2
+    """Lower clip range: ratios below 1 - clip_low are clipped."""
+    clip_high: float = 0.28
+    """Upper clip range (DAPO clip-higher): ratios above 1 + clip_high are clipped."""
+    clip_c: Optional[float] = None
+    """Dual-clip constant (> 1) bounding the loss for negative advantages; null disables."""
+    prefix_clip_c: Optional[float] = 3.0
+    """Dual-clip constant (> 1) of seed-prefix tokens (the tighter of this and ``clip_c`` applies there):
+    their ratio is taken against a behaviour policy up to ``refresh`` steps stale, so with a negative
+    advantage and pi_theta >> pi_b the unclipped ``-A r`` would be unbounded; it is capped at ``-A c``
+    (zero gradient beyond ``r = c``; 3 as verl's dual clip). Null leaves prefix tokens to ``clip_c``.
+    No effect at ratio 0 (no prefix tokens)."""
+    norm_adv_by_std: bool = True
+    """Divide advantages by the group std (GRPO); false gives Dr. GRPO."""
+    adv_eps: float = 1e-6
+    """Added to the group std before dividing."""
+    kl_coef: float = 0.0
+    """Coefficient of a k3 KL penalty to the frozen initial model; 0 disables (DAPO default)."""
+    ref_placement: str = "policy"
+    """Where the KL reference model (a second full copy, loaded when ``kl_coef > 0``) lives: ``policy``
+    (on the policy's device), ``cpu`` (kept and run on the CPU: no GPU memory, slow forwards) or
+    ``offload`` (kept on the CPU, moved to the policy's device for its one forward per step)."""
+    entropy_coef: float = 0.0
+    """Coefficient of an entropy bonus; 0 disables."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and draw more prompts."""
+    max_resample_rounds: int = 3
+    """Extra generation rounds dynamic sampling may spend to refill the batch."""
+    overlong: str = "none"
+    """Truncated responses: ``none``, ``mask`` (drop them from the loss) or ``penalty`` (DAPO soft penalty)."""
+    overlong_buffer: int = 8
+    """DAPO soft penalty: tokens before max_new_tokens where the linear length penalty starts."""
+    overlong_penalty: float = 1.0
+    """DAPO soft penalty: largest penalty subtracted from the reward."""
+
+
+@dataclass
+class SeedsConfig:
+    """Thinking Seeds: behaviour-policy prefixes (the top-level ``ratio``, ``truncation``, ``refresh`` choose the ablation)."""
+
+    fraction: float = 0.5
+    """``fixed``: the prefix is this fraction of the behaviour response."""
+    lo: float = 0.2
+    """``uniform``/``boundary``: lower end of the drawn fraction."""
+    hi: float = 0.8
+    """``uniform``/``boundary``: upper end of the drawn fraction."""
+    entropy_window: float = 0.5
+    """``entropy``: search the first this-fraction of the response for the highest-entropy token."""
+    schedule: str = "linear"
+    """``schedule``: how the prefix fraction shrinks over training, ``linear`` or ``cosine``."""
+    schedule_start: float = 0.8
+    """``schedule``: prefix fraction at step 0."""
+    schedule_end: float = 0.1
+    """``schedule``: prefix fraction at the last step."""
+    exclude_answer: bool = True
+    """Never put the final-answer line in a prefix when the task can tell where it starts."""
+    train_prefix: bool = True
+    """Keep prefix tokens in the loss; false is the ablation that trains only on the suffix."""
+    adv_group: str = "all"
+    """Group statistics for advantages over ``all`` n samples or over ``plain`` samples only."""
+    selector: str = "latest"
+    """Which behaviour snapshot writes each prompt's seeds when a refresh window opens (see
+    ``seeds/selectors.py``): ``latest`` (the current weights, the paper's choice; the default),
+    ``oldest``, ``uniform`` (one drawn per prompt), ``max_entropy`` (the snapshot whose probe
+    responses have the highest per-token surprisal) or ``bandit`` (UCB or Thompson sampling over
+    snapshot ages, rewarded by the advantage their seeded samples earned). All but ``latest`` need
+    ``pool_size >= 2`` and ``refresh > 0``."""
+    pool_size: int = 1
+    """Behaviour snapshots kept (K): one is saved under ``seeds/pool/`` when each refresh window
+    opens and all but the newest K are deleted. ``latest`` uses only the current weights and saves none."""
+    bandit: str = "thompson"
+    """``selector=bandit``: ``thompson`` (a posterior draw per prompt) or ``ucb`` (UCB1, one arm per window)."""
+    bandit_c: float = 1.0
+    """``selector=bandit``: exploration scale, UCB's bonus ``c * sqrt(2 ln N / n)`` or Thompson's prior std."""
+    probe_prompts: int = 16
+    """``selector=max_entropy``: train prompts (a fixed set per run seed) each snapshot answers when it joins the pool."""
+    probe_samples: int = 4
+    """``selector=max_entropy``: responses per probe prompt (the same sampling seed for every snapshot)."""
+    source: str = "self"
+    """Who writes the seeds: ``self`` (the run's own snapshots), ``model`` (the causal LM at
+    ``source_path``, with the policy's tokenizer; pi_b is its teacher-forced log-probs) or ``traces``
+    (the responses in the JSONL/Parquet file ``source_path``, pi_b unknown: see ``trace_logprobs``)."""
+    source_path: Optional[str] = None
+    """``source=model``: an HF model folder or hub id; ``source=traces``: a file whose rows hold a
+    ``response`` and a ``prompt_id`` or ``question``."""
+    trace_logprobs: str = "exclude"
+    """``source=traces``, the ratio of prefix tokens whose pi_b is unknown: ``exclude`` drops them
+    from the loss; ``cap`` takes pi_b as pi_old's log-prob (the ratio starts at 1 each step),
+    bounded by the clip range and ``algo.prefix_clip_c``."""

@@ -1,0 +1,84 @@
+"""Checkpoints ``checkpoints/step-N/``: an HF model folder plus ``trainer_state.pt``.
+
+The trainer state holds the optimiser, scheduler and RNG states and the step, so a resumed run
+continues bit for bit. A checkpoint is written into a temp folder and renamed when complete, so a
+process killed while saving leaves no folder that :func:`latest_checkpoint` would pick up (the
+temp folder ``.step-N.*.tmp`` is deleted when the run is next opened, see :mod:`tsctl.io.run_lock`).
+A full disk raises :class:`tsctl.io.atomic.WriteError` and leaves the older checkpoints as they were.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from tsctl.io import atomic, faults
+
+STATE_FILE = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states of python, numpy and torch."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(folder: Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: dict[str, Any]) -> Path:
+    """Write ``folder/step-<step>`` atomically; ``state`` holds optimiser/scheduler/RNG/extra state."""
+    final = checkpoint_path(folder, step)
+    with atomic.staged_dir(final) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        faults.hit("checkpoint-partial")
+        with open(tmp / STATE_FILE, "wb") as handle:  # a file object: a full disk raises OSError(ENOSPC), not "unexpected pos"
+            torch.save({"step": step, **state}, handle)
+    return final
+
+
+def checkpoint_path(folder: Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives (or would)."""
+    return folder / f"step-{step}"
+
+
+def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints under ``folder`` as ``(step, path)``, oldest first."""
+    found = []
+    for path in folder.glob("step-*") if folder.is_dir() else []:
+        match = _STEP_DIR.match(path.name)
+        if match and (path / STATE_FILE).is_file() and (path / "config.json").is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(folder: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint, or None."""
+    found = list_checkpoints(folder)
+    return found[-1] if found else None
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """The trainer state saved beside a checkpoint's weights."""
+    return torch.load(path / STATE_FILE, weights_only=False)
+
+
+def prune_checkpoints(folder: Path, keep: int, protect: set[int] = frozenset()) -> None:
+    """Delete all but the newest ``keep`` checkpoints (``keep=0`` keeps all); never those in ``protect``."""
+    if keep <= 0:
+        return
+    for step, path in list_checkpoints(folder)[:-keep]:
+        if step not in protect:
+            shutil.rmtree(path)

@@ -1,0 +1,242 @@
+"""One run is one folder: ``<runs_dir>/<experiment>/<name>/``.
+
+Contents: ``config.yaml`` (resolved), ``manifest.json`` (status, versions, git revision, times),
+``metrics.jsonl`` (one JSON object per step), ``checkpoints/step-N/``, ``seeds/``, ``eval/``,
+``plots/``. An existing run is never overwritten: it is resumed (``resume=true``) or refused, and
+``resume=true`` of a run that does not exist is refused too. :func:`locate_run` checks this without
+writing anything, so a command can load its model and data first and create the folder only when
+they are sound (:func:`open_run`), and a failed start leaves no folder behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from tsctl.config.schema import TsctlConfig
+from tsctl.io import atomic
+from tsctl.io.progress import console
+from tsctl.io.run_lock import RunBusy, RunLock, clean_temp
+
+SEEDS_FILE, ROLLOUTS_FILE = "seeds.parquet", "rollouts.parquet"
+"""The shards ``tsctl seed`` and ``tsctl rollout`` write into :func:`shard_dir`."""
+
+
+class RunError(RuntimeError):
+    """A run folder cannot be used as asked (exists without resume, resume of nothing, ...)."""
+
+
+def run_name(cfg: TsctlConfig) -> str:
+    """``cfg.name`` or a name from the sweep knobs: ``ratio25-uniform-refresh10-seed0``."""
+    if cfg.name:
+        return cfg.name
+    ratio = f"{cfg.ratio:g}"
+    if cfg.ratio == 0:
+        return f"ratio0-seed{cfg.seed}"
+    return f"ratio{ratio}-{cfg.truncation}-refresh{cfg.refresh}-seed{cfg.seed}"
+
+
+def shard_dir(cfg: TsctlConfig) -> Path:
+    """Where ``tsctl seed``/``tsctl rollout`` keep their shards: ``shards.out_dir``, or ``<runs_dir>/<experiment>/shards``."""
+    return Path(cfg.shards.out_dir) if cfg.shards.out_dir else Path(cfg.runs_dir) / cfg.experiment / "shards"
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("tsctl", "torch", "transformers", "hydra-core", "vllm"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _git_revision() -> str | None:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev.stdout.strip() or None
+
+
+@dataclass
+class RunDir:
+    """Paths and bookkeeping of one run folder.
+
+    Attributes:
+        path: the folder.
+        lock: the run's lock while this process holds it (:func:`open_run`), else None.
+    """
+
+    path: Path
+    lock: RunLock | None = field(default=None, repr=False, compare=False)
+
+    def close(self) -> None:
+        """Let the run's lock go (if held)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def manifest_file(self) -> Path:
+        return self.path / "manifest.json"
+
+    def manifest(self) -> dict[str, Any]:
+        return json.loads(self.manifest_file.read_text()) if self.manifest_file.is_file() else {}
+
+    def set_status(self, status: str, **extra: Any) -> None:
+        """Record ``status`` (running/completed/failed) and ``extra`` fields in the manifest."""
+        data = self.manifest()
+        data.update(extra, status=status, updated=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        atomic.write_json(self.manifest_file, data)
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl`` and flush it to disk."""
+        with atomic.writing(self.metrics_file), open(self.metrics_file, "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.flush()
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """All complete records of ``metrics.jsonl`` (a torn last line is ignored)."""
+        if not self.metrics_file.is_file():
+            return []
+        records = []
+        for line in self.metrics_file.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+        return records
+
+    def truncate_metrics(self, after_step: int) -> None:
+        """Drop records of steps after ``after_step`` (work a killed run did past its checkpoint)."""
+        kept = [r for r in self.read_metrics() if r.get("step", -1) <= after_step]
+        atomic.write_text(self.metrics_file, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+
+
+def locate_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
+    """The run folder of ``cfg``, checked against ``cfg.resume``; nothing is written.
+
+    Raises:
+        RunError: the run exists and resume is off, resume is on and there is no run, or resume is
+            on and the saved config differs (the message lists each changed key, old -> new).
+    """
+    run = RunDir(Path(cfg.runs_dir) / cfg.experiment / run_name(cfg))
+    saved = run.path / "config.yaml"
+    if saved.is_file():
+        if not cfg.resume:
+            raise RunError(
+                f"run folder {run.path} already exists; continue it with `tsctl {command} ... resume=true`, "
+                f"or choose another name=... or experiment=..."
+            )
+        changes = config_changes(OmegaConf.load(saved), node)
+        if changes:
+            raise RunError(
+                f"resume of {run.path} with a different config: {changes}; rerun with the saved values (see {saved}), "
+                "or start a new run with another name=..."
+            )
+    elif cfg.resume:
+        raise RunError(
+            f"resume=true, but there is no run to resume at {run.path}; start it without resume=true "
+            "(or check name=, experiment= and runs_dir=)"
+        )
+    return run
+
+
+PLACE_KEYS = ("runs_dir", "experiment", "name", "resume")
+"""Keys that place a run rather than define it: a run folder moved elsewhere resumes there."""
+
+
+def config_changes(before: DictConfig, after: DictConfig, shown: int = 6) -> str:
+    """The keys whose values differ between two configs, as ``key old -> new`` (:data:`PLACE_KEYS` ignored); empty if none."""
+    old, new = (_flatten(OmegaConf.to_container(c, resolve=True)) for c in (before, after))
+    keys = [k for k in sorted(set(old) | set(new)) if k not in PLACE_KEYS and old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+    text = ", ".join(f"{k} {old.get(k, _ABSENT)} -> {new.get(k, _ABSENT)}" for k in keys[:shown])
+    return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+_ABSENT = "(absent)"
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts as ``{"a.b": value as JSON}``."""
+    if not isinstance(data, dict):
+        return {prefix: json.dumps(data)}
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
+    """Create the run folder for ``cfg``, or reopen it when ``cfg.resume`` is set, and take its lock.
+
+    The lock (``run.lock``, see :mod:`tsctl.io.run_lock`) is held until :meth:`RunDir.close` or the
+    process's end; holding it, temp files a killed process left in the run are deleted. A folder
+    this call created is removed again if anything here fails.
+
+    Raises:
+        RunError: as :func:`locate_run`, or another live process holds the run.
+        atomic.WriteError: the runs folder is read-only or the disk is full.
+    """
+    run = locate_run(cfg, node, command)
+    missing = [p for p in [run.path, *run.path.parents] if not p.exists()]  # deepest first
+    created = run.path in missing
+    place = next(p for p in [run.path, *run.path.parents] if p.exists())
+    if not os.access(place, os.W_OK | os.X_OK):  # before the lock file is touched: a refused run stays as it was
+        raise atomic.write_error(errno.EACCES, place)
+    with atomic.writing(run.path):
+        run.path.mkdir(parents=True, exist_ok=True)
+    lock = None
+    try:
+        try:
+            lock = RunLock.acquire(run.path)
+        except RunBusy as busy:
+            raise RunError(f"run {run.path} is in use by {busy}; wait for it to end (or stop it), then retry") from None
+        locate_run(cfg, node, command)  # again under the lock: another process may have created it meanwhile
+        removed = clean_temp(run.path) if lock.held else []
+        if removed:
+            console.print(f"removed {len(removed)} temp file(s) an interrupted process left in {run.path}", highlight=False)
+        if not (run.path / "config.yaml").is_file():
+            atomic.write_text(run.path / "config.yaml", OmegaConf.to_yaml(node, resolve=True))
+            run.set_status(
+                "running",
+                command=" ".join([command, *sys.argv[2:]]) if len(sys.argv) > 1 else command,
+                created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                versions=_versions(),
+                git_revision=_git_revision(),
+            )
+        run.set_status("running", pid=os.getpid(), host=socket.gethostname())
+    except BaseException:
+        if created:
+            shutil.rmtree(run.path, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the parents this call made, while empty
+                for folder in missing[1:]:
+                    folder.rmdir()
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run

@@ -1,0 +1,98 @@
+"""Pack samples into padded tensors: the batch every forward of a step reads.
+
+Layout: each row is ``prompt + response`` right-padded to ``[B, L]``. Response-aligned tensors are
+``[B, T]`` with ``T`` the longest response; ``resp_index[i, j]`` is the position whose logits
+predict response token ``j`` of row ``i`` (``prompt_len_i - 1 + j``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from tsctl.models.samples import PREFIX, Sample
+
+
+@dataclass
+class RolloutBatch:
+    """Padded tensors of a step's samples.
+
+    Attributes:
+        input_ids: [B, L] prompt + response, right-padded.
+        attention_mask: [B, L] 1 on real tokens.
+        resp_index: [B, T] positions whose logits predict each response token.
+        response_ids: [B, T] response token ids (pad where ``resp_mask`` is 0).
+        resp_mask: [B, T] bool, real response tokens.
+        source: [B, T] int8, PLAIN / PREFIX / SUFFIX per token.
+        behaviour_logprobs: [B, T] pi_b log-probs on prefix tokens, 0 elsewhere.
+        advantages: [B] one advantage per sample.
+        finished: [B] bool, the response ended with an end token (False: cut at the length limit).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    resp_index: torch.Tensor
+    response_ids: torch.Tensor
+    resp_mask: torch.Tensor
+    source: torch.Tensor
+    behaviour_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    finished: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.input_ids.device
+
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        """This batch with every tensor on ``device``."""
+        return RolloutBatch(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
+
+    def rows(self, idx: torch.Tensor) -> "RolloutBatch":
+        """The sub-batch of rows ``idx`` (trimmed to its own longest sequence and response)."""
+        idx = idx.to(self.device)
+        sub = RolloutBatch(**{k: getattr(self, k)[idx] for k in self.__dataclass_fields__})
+        width = int(sub.attention_mask.sum(1).max())
+        resp = int(sub.resp_mask.sum(1).max())
+        sub.input_ids, sub.attention_mask = sub.input_ids[:, :width], sub.attention_mask[:, :width]
+        for name in ("resp_index", "response_ids", "resp_mask", "source", "behaviour_logprobs"):
+            setattr(sub, name, getattr(sub, name)[:, :resp])
+        return sub
+
+
+def pack(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int, device: torch.device | str = "cpu") -> RolloutBatch:
+    """Pad ``samples`` into a :class:`RolloutBatch` on ``device``; ``advantages`` is [B] in sample order."""
+    B = len(samples)
+    L = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    T = max(1, max(len(s.response_ids) for s in samples))
+    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, L), dtype=torch.long)
+    resp_index = torch.zeros((B, T), dtype=torch.long)
+    response_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    resp_mask = torch.zeros((B, T), dtype=torch.bool)
+    source = torch.zeros((B, T), dtype=torch.int8)
+    behaviour = torch.zeros((B, T), dtype=torch.float32)
+    finished = torch.tensor([s.finished for s in samples], dtype=torch.bool)
+    for i, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        input_ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids)
+        attention_mask[i, : p + r] = 1
+        resp_index[i, :r] = torch.arange(p - 1, p - 1 + r)
+        response_ids[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
+        resp_mask[i, :r] = True
+        source[i, :r] = torch.tensor(s.sources(), dtype=torch.int8)
+        behaviour[i, : len(s.prefix_logprobs)] = torch.tensor(s.prefix_logprobs, dtype=torch.float32)
+    return RolloutBatch(input_ids, attention_mask, resp_index, response_ids, resp_mask, source, behaviour, advantages.float(), finished).to(device)
+
+
+def old_logprobs(policy_logprobs: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+    """Per-token log-probs the importance ratio is taken against, [B, T].
+
+    Prefix tokens use the stored pi_b log-probs; suffix and plain tokens use ``policy_logprobs``
+    (pi_old, computed at the start of the update).
+    """
+    return torch.where(batch.source == PREFIX, batch.behaviour_logprobs, policy_logprobs)

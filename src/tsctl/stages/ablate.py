@@ -1,0 +1,286 @@
+"""``tsctl ablate``: one ``train`` plus a final held-out evaluation per sweep point, via Hydra multirun.
+
+Any Hydra sweep syntax over any keys works: ``tsctl ablate ratio=0,25,50 refresh=5,20 seed=1,2,3``
+(also ``range(...)``, ``glob(...)`` and group choices such as ``truncation=uniform,entropy``).
+Layout of one sweep::
+
+    <runs_dir>/<experiment>/<sweep>/             sweep-<hash of the points>, or name=<sweep>
+      multirun.yaml                              Hydra's record of the sweep
+      <point>/                                   one run folder per point, e.g. ratio=25-seed=1
+        config.yaml manifest.json metrics.jsonl checkpoints/ seeds/   as for `tsctl train`
+        final_eval.json                          held-out greedy accuracy and pass@k of the final checkpoint
+        .hydra/                                  the point's overrides (Hydra)
+      report/                                    summary.md, summary.csv and the plots (`tsctl report`)
+
+A point's folder name joins its swept ``key=value`` pairs with ``-``. Running the same sweep again
+(same points, in any order) finds the same folder: completed points are skipped, interrupted or
+failed ones resume from their newest checkpoint. A failing point is recorded as ``failed`` in its
+manifest and the others go on; the summary lists it.
+
+Launchers (Hydra plugins; choose with ``hydra/launcher=...``):
+
+- sequential (Hydra's ``basic`` launcher): the default, one point after another in this process;
+- ``hydra/launcher=joblib hydra.launcher.n_jobs=2``: points in parallel processes on one machine
+  (mind cores and memory: each point loads its own model);
+- ``hydra/launcher=submitit_slurm`` (``pip install hydra-submitit-launcher``): one Slurm job per point,
+  e.g. ``hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=240``;
+  ``runs_dir`` must be on a file system the nodes share. The summary is written when all jobs end;
+  ``tsctl report <sweep>`` redraws it at any time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+from tsctl.config.compose import Composed
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+from tsctl.config.store import conf_dir, register_schema
+from tsctl.io.progress import console
+from tsctl.io.runs import RunDir, RunError
+from tsctl.stages.compose import check, compose_config
+from tsctl.stages.report.points import FINAL_EVAL
+
+LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
+"""Keys that place a sweep rather than define a point: never swept, not part of the sweep's identity."""
+
+POINT_SEP = "-"
+"""Joins a point's ``key=value`` pairs in its folder name (no commas: wandb run ids reject them)."""
+
+LONE_POINT = "point"
+"""Folder name of the only point of a sweep that sweeps no key."""
+
+
+@dataclass
+class Sweep:
+    """A planned sweep: where it lives, its points, and the overrides Hydra gets."""
+
+    path: Path
+    points: list[list[str]]
+    swept: list[str]
+    task_overrides: list[str]
+    hydra_overrides: list[str]
+
+
+def _is_hydra(override: str) -> bool:
+    """Overrides of Hydra itself (launcher, sweeper, ...), not of the tsctl config."""
+    return override.lstrip("+~").startswith(("hydra.", "hydra/"))
+
+
+def expand(overrides: list[str]) -> tuple[list[list[str]], list[str]]:
+    """The sweep's points (each a list of ``KEY=VALUE``) and the swept keys, as Hydra's basic sweeper sees them.
+
+    Raises:
+        ConfigError: an override does not parse, or a location key is swept.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([o for o in overrides if not _is_hydra(o)])
+        points = BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+    except HydraException as err:
+        raise ConfigError("overrides", str(err).splitlines()[0]) from None
+    swept = [o.key_or_group for o in parsed if o.is_sweep_override()]
+    for key in swept:
+        if key in LOCATION_KEYS:
+            raise ConfigError(key, "cannot be swept; it places the whole sweep (the folder is <runs_dir>/<experiment>/<name>)")
+    return points, swept
+
+
+def first_point(overrides: list[str]) -> list[str]:
+    """Overrides of the sweep's first point, with the report's (unchanged when they do not parse, so composing reports why)."""
+    report = [o for o in overrides if is_report_override(o)]
+    try:
+        return expand([o for o in overrides if not is_report_override(o)])[0][0] + report
+    except ConfigError:
+        return [o for o in overrides if not _is_hydra(o)]
+
+
+def sweep_name(points: list[list[str]]) -> str:
+    """``sweep-<hash>`` of the set of points (order-free), location keys left out."""
+    keep = sorted(sorted(o for o in p if o.split("=", 1)[0].lstrip("+~") not in LOCATION_KEYS) for p in points)
+    return "sweep-" + hashlib.sha1(json.dumps(keep).encode()).hexdigest()[:8]
+
+
+def plan(overrides: list[str]) -> Sweep:
+    """Expand and validate every point of the sweep and choose its folder.
+
+    Raises:
+        ConfigError: an override is invalid for some point.
+    """
+    points, swept = expand(overrides)
+    cfg = compose_config(points[0]).cfg
+    for point in points[1:]:
+        compose_config(point)
+    name = cfg.name or sweep_name(points)
+    path = Path(cfg.runs_dir).absolute() / cfg.experiment / name
+    return Sweep(path, points, swept, [o for o in overrides if not _is_hydra(o)], [o for o in overrides if _is_hydra(o)])
+
+
+def _quote(text: str) -> str:
+    """A Hydra-quoted string value."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def hydra_argv(sweep: Sweep) -> list[str]:
+    """Command line of the Hydra multirun: the user's overrides, then where and how to write each point."""
+    fixed = sorted({o.split("=", 1)[0].lstrip("+~") for o in sweep.task_overrides} - set(sweep.swept))
+    subdir = "${hydra.job.override_dirname}" if sweep.swept else LONE_POINT
+    return [
+        "tsctl-ablate",
+        "--multirun",
+        *sweep.task_overrides,
+        *sweep.hydra_overrides,
+        f"hydra.sweep.dir={_quote(str(sweep.path))}",
+        f"hydra.sweep.subdir={subdir}",
+        f"hydra.job.config.override_dirname.exclude_keys=[{','.join(fixed)}]",
+        f"hydra.job.config.override_dirname.item_sep={_quote(POINT_SEP)}",
+        "hydra/job_logging=none",
+        "hydra/hydra_logging=none",
+    ]
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]) -> Iterator[None]:
+    """Temporarily replace ``sys.argv`` (Hydra's entry point parses it)."""
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def launch(sweep: Sweep) -> None:
+    """Run every point through Hydra multirun with the chosen launcher."""
+    register_schema()
+    sweep.path.mkdir(parents=True, exist_ok=True)
+    with _argv(hydra_argv(sweep)):
+        hydra_point()
+
+
+def is_report_override(override: str) -> bool:
+    """``report.*`` overrides shape the final report only: they are neither swept nor part of a point."""
+    return override.lstrip("+~").startswith("report.")
+
+
+def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
+    """Plan and run the sweep, then write its report; returns the sweep folder and its failed runs."""
+    from tsctl.stages.report import find_runs, report
+
+    options = compose_config([o for o in overrides if is_report_override(o)]).cfg.report
+    sweep = plan([o for o in overrides if not is_report_override(o)])
+    console.print(f"sweep: {len(sweep.points)} point(s) into {sweep.path}", highlight=False)
+    launch(sweep)
+    report(sweep.path, baseline=options.baseline, level=options.level)
+    failed = [run.path.name for run in find_runs(sweep.path) if run.status != "completed"]
+    return sweep.path, failed
+
+
+@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+def hydra_point(node: DictConfig) -> None:
+    """Hydra's task function: one point, in the folder Hydra chose for it."""
+    hydra_cfg = HydraConfig.get()
+    run_point(node, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
+
+
+def point_config(node: DictConfig, folder: Path) -> Composed:
+    """The point's config, placed in ``folder`` (``<runs_dir>/<experiment>/<sweep>/<point>``), resuming when it exists."""
+    node = node.copy()
+    node.experiment = f"{node.experiment}/{folder.parent.name}"
+    node.name = folder.name
+    node.resume = (folder / "config.yaml").is_file()  # a new point starts; resume=true of nothing is an error
+    cfg = OmegaConf.to_object(node)
+    assert isinstance(cfg, TsctlConfig)
+    return Composed(node=node, cfg=check(cfg))
+
+
+def is_done(run: RunDir) -> bool:
+    """Training completed and the final evaluation written."""
+    return run.manifest().get("status") == "completed" and (run.path / FINAL_EVAL).is_file()
+
+
+def _shell_override(key: str, value: str) -> str:
+    """``key=value`` as one shell word that Hydra reads back as the string ``value`` (quoted when needed)."""
+    if re.fullmatch(r"[\w./-]+", value):
+        return f"{key}={value}"
+    return f'"{key}={_quote(value)}"'
+
+
+def train_argv(overrides: list[str], cfg: TsctlConfig) -> list[str]:
+    """``tsctl train`` command line that trains (or resumes) the point on its own, as its manifest records it."""
+    own = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in LOCATION_KEYS]
+    place = [_shell_override(key, str(getattr(cfg, key))) for key in ("runs_dir", "experiment", "name")]
+    return ["tsctl", "train", *own, *place, "resume=true"]
+
+
+def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
+    """Train (or resume) one point and evaluate its final checkpoint; a failure is recorded, not raised."""
+    from tsctl.stages.train import train
+
+    run = RunDir(folder)
+    if is_done(run):
+        console.print(f"point {folder.name}: completed, skipped", highlight=False)
+        return
+    console.print(f"point {folder.name}: {'resuming' if run.manifest() else 'starting'}", highlight=False)
+    try:
+        composed = point_config(node, folder)
+        if run.manifest().get("status") != "completed":
+            with _argv(train_argv(overrides, composed.cfg)):
+                train(composed)
+        write_final_eval(composed.cfg, run)
+        if composed.cfg.logger.name == "wandb":
+            publish(composed, run)
+    except Exception as err:
+        run.set_status("failed", error=f"{type(err).__name__}: {err}")
+        console.print(f"[red]point {folder.name} failed[/red]\n{traceback.format_exc()}", highlight=False)
+
+
+def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
+    """The held-out evaluation of the run's final checkpoint (:func:`tsctl.evaluation.scoring.final_eval`)."""
+    from tsctl.engines.factory import load_policy
+    from tsctl.evaluation.scoring import final_eval as score_final
+    from tsctl.io.checkpoints import latest_checkpoint
+    from tsctl.tasks.registry import build_task
+
+    found = latest_checkpoint(run.checkpoints)
+    if found is None:
+        raise RunError(f"{run.path} has no checkpoint to evaluate")
+    step, path = found
+    policy = load_policy(cfg, str(path))
+    return score_final(policy.engine, policy.formatter, build_task(cfg.task), cfg, step)
+
+
+def write_final_eval(cfg: TsctlConfig, run: RunDir) -> None:
+    """Evaluate the final checkpoint and store ``final_eval.json`` in the run folder."""
+    from tsctl.io import atomic
+
+    atomic.write_json(run.path / FINAL_EVAL, final_eval(cfg, run))
+
+
+def publish(composed: Composed, run: RunDir) -> None:
+    """Reopen the run's wandb run: final evaluation in its summary, the run's plots as images."""
+    from tsctl.io.sinks import MetricsSink
+    from tsctl.stages.report import report
+
+    sink = MetricsSink(run, composed.cfg.logger, composed.node)
+    try:
+        final = json.loads((run.path / FINAL_EVAL).read_text())
+        sink.wandb.summary.update({f"final/{k}": v for k, v in final.items()})
+        report(run.path, echo=False)
+    finally:
+        sink.close()

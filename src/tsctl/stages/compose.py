@@ -1,0 +1,67 @@
+"""Every command's config: composed and range-checked by :mod:`tsctl.config`, then checked against
+the names the packages register and the checks that need a package's own logic.
+
+:mod:`tsctl.config` sits below every package, so it cannot know which policy losses, truncation
+strategies, tasks, engines, selectors or seed sources exist; this step, above them all, asks each
+registry. A name is checked before the ranges, so a misspelt name is reported as such whatever
+else it would trip. Every error is a one-line :class:`~tsctl.config.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tsctl.algo.losses import AGGREGATIONS
+from tsctl.config.compose import Composed, compose_node
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+from tsctl.config.validate import one_of, validate
+from tsctl.engines.factory import ENGINES
+from tsctl.seeds.base import seeded_count
+from tsctl.seeds.selectors import BANDITS, SELECTORS
+from tsctl.seeds.sources import SOURCES
+from tsctl.seeds.truncation import SCHEDULES, STRATEGIES
+from tsctl.seeds.unknown_logprobs import TRACE_LOGPROBS
+from tsctl.tasks.benchmarks import available_benchmarks
+from tsctl.tasks.grading import GRADERS
+from tsctl.tasks.records import ANSWER_RULES
+from tsctl.tasks.registry import TASKS
+
+
+def compose_config(overrides: list[str] | None = None) -> Composed:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) and check it (:func:`check`).
+
+    Raises:
+        ConfigError: unknown key, wrong type, unknown option or name, or a value out of range.
+    """
+    composed = compose_node(overrides)
+    return Composed(node=composed.node, cfg=check(composed.cfg))
+
+
+def check(cfg: TsctlConfig) -> TsctlConfig:
+    """Check the registered names of ``cfg``, then its ranges (:func:`~tsctl.config.validate.validate`),
+    then what needs a package's logic; return it unchanged or raise :class:`ConfigError`."""
+    check_names(cfg)
+    validate(cfg)
+    if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
+        raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
+    return cfg
+
+
+def check_names(cfg: TsctlConfig) -> None:
+    """Every key that names an implementation names a registered one."""
+    one_of("truncation", cfg.truncation, STRATEGIES.names())
+    one_of("task.name", cfg.task.name, TASKS.names())
+    one_of("task.file.grader", cfg.task.file.grader, GRADERS)
+    one_of("task.file.answer_rule", cfg.task.file.answer_rule, ANSWER_RULES)
+    one_of("engine.name", cfg.engine.name, ENGINES.names())
+    one_of("algo.loss", cfg.algo.loss, AGGREGATIONS.names())
+    s = cfg.seeds
+    one_of("seeds.schedule", s.schedule, SCHEDULES)
+    one_of("seeds.selector", s.selector, SELECTORS.names())
+    one_of("seeds.bandit", s.bandit, BANDITS)
+    one_of("seeds.source", s.source, SOURCES.names())
+    one_of("seeds.trace_logprobs", s.trace_logprobs, TRACE_LOGPROBS)
+    for name in cfg.eval.benchmarks:
+        if name != "heldout" and name not in available_benchmarks() and not Path(name).is_file():
+            raise ConfigError("eval.benchmarks", f"unknown benchmark {name!r}; choose heldout, {', '.join(available_benchmarks())} or a YAML path")

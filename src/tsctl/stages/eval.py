@@ -1,0 +1,121 @@
+"""``tsctl eval``: score checkpoints on benchmarks, write the results, return them for a table.
+
+Checkpoints come from ``eval.checkpoint`` and ``eval.step`` (:mod:`tsctl.evaluation.targets`),
+benchmarks from ``eval.benchmarks`` (:mod:`tsctl.evaluation.suites`: ``heldout`` is the configured
+task's held-out split, any other name a ``conf/benchmark/<name>.yaml`` or a YAML path). All
+benchmarks are loaded before any model, so a data error stops the command at once.
+
+Each checkpoint is scored on each benchmark (:mod:`tsctl.evaluation.scores`): ``eval.k`` samples per
+problem with the ``engine`` settings (temperature, top_p, max_new_tokens; raise
+``engine.max_new_tokens`` for benchmarks with long answers) and seed ``seed``, plus one greedy
+response. Results go to the checkpoint's folder (a run's ``<run>/eval/step-N/``, else
+``<runs_dir>/<experiment>/eval/<model folder name>/``)::
+
+    <benchmark>.json            the result dict returned here: metrics, counts, sampling settings
+    <benchmark>.parquet         every sampled and greedy response ("eval" shard, with .sha256 beside)
+
+Existing results are never replaced unless ``eval.overwrite=true``; every file is written atomically,
+the JSON last, so a JSON file always has its samples beside it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from tsctl.config.compose import Composed
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.factory import Policy, load_policy
+from tsctl.evaluation.scores import score_suite
+from tsctl.evaluation.suites import Suite, load_suites
+from tsctl.evaluation.targets import Target, resolve_targets
+from tsctl.io import atomic
+from tsctl.io.progress import console, make_progress
+from tsctl.io.runs import RunError
+from tsctl.io.shards import checksum_path, write_shard
+from tsctl.models.loading import load_model
+from tsctl.stages.warmup import base_model_path
+
+
+def evaluate(composed: Composed) -> list[dict[str, Any]]:
+    """Score every checkpoint on every benchmark, write the results; one result dict per pair, checkpoint-major.
+
+    Raises:
+        ConfigError, DataError, RunError, ModelLoadError: a bad benchmark, checkpoint or data file,
+            or results that exist already (without ``eval.overwrite``).
+    """
+    cfg = composed.cfg
+    suites = load_suites(cfg)
+    targets = resolve_targets(cfg, base_model_path)
+    refuse_existing(targets, suites, cfg.eval.overwrite)
+    for suite in suites:
+        if suite.skipped:
+            console.print(f"[yellow]{suite.name}: skipped {suite.skipped} malformed rows[/yellow] (on_bad_row=skip)")
+    results = []
+    with make_progress() as progress:
+        bar = progress.add_task("eval", total=len(targets) * len(suites), status="")
+        for target, policy in policies(targets, cfg):
+            for suite in suites:
+                progress.update(bar, status=f"{target.label} / {suite.name}")
+                results.append(evaluate_one(policy, target, suite, cfg))
+                progress.advance(bar)
+            console.print(f"results of {target.label}: {target.out_dir}")
+    return results
+
+
+def result_paths(target: Target, benchmark: str) -> tuple[Path, Path]:
+    """The ``.json`` and ``.parquet`` files of ``target`` on ``benchmark``."""
+    return target.out_dir / f"{benchmark}.json", target.out_dir / f"{benchmark}.parquet"
+
+
+def refuse_existing(targets: Sequence[Target], suites: Sequence[Suite], overwrite: bool) -> None:
+    """Raise RunError when any result file would be replaced and ``overwrite`` is off."""
+    if overwrite:
+        return
+    files = [path for t in targets for s in suites for path in result_paths(t, s.name)]
+    existing = [path for path in files + [checksum_path(p) for p in files] if path.exists()]
+    if existing:
+        more = f" and {len(existing) - 1} more file(s)" if len(existing) > 1 else ""
+        raise RunError(f"eval results already exist: {existing[0]}{more}; rerun with eval.overwrite=true to replace them")
+
+
+def policies(targets: Sequence[Target], cfg: TsctlConfig) -> Iterator[tuple[Target, Policy]]:
+    """Each target with a policy holding its weights: the first is loaded, later ones are copied into it.
+
+    One model and one engine serve all targets (a vLLM engine is started once); the targets of one
+    call share an architecture and tokenizer (one model, or the checkpoints of one run).
+    """
+    policy: Policy | None = None
+    for target in targets:
+        if policy is None:
+            policy = load_policy(cfg, target.path, target.key)
+        else:
+            policy.model.load_state_dict(load_model(target.path, cfg.model.dtype, cfg.model.device, key=target.key)[0].state_dict())
+            policy.engine.load_weights(policy.model.state_dict())
+        yield target, policy
+
+
+def evaluate_one(policy: Policy, target: Target, suite: Suite, cfg: TsctlConfig) -> dict[str, Any]:
+    """Score ``target`` on ``suite``, write its samples then its result JSON; return the result."""
+    start = time.perf_counter()
+    metrics, samples = score_suite(policy.model, policy.engine, policy.formatter, suite, cfg)
+    e = cfg.engine
+    result = {
+        "checkpoint": target.label,
+        "checkpoint_path": target.path,
+        "step": target.step,
+        "benchmark": suite.name,
+        "problems": len(suite.problems),
+        "skipped_rows": suite.skipped,
+        "k": cfg.eval.k,
+        **metrics,
+        "sampling": {"temperature": e.temperature, "top_p": e.top_p, "max_new_tokens": e.max_new_tokens, "seed": cfg.seed},
+        "seconds": time.perf_counter() - start,
+    }
+    json_path, parquet_path = result_paths(target, suite.name)
+    target.out_dir.mkdir(parents=True, exist_ok=True)
+    metadata = {"checkpoint": target.path, "benchmark": suite.name}
+    write_shard(parquet_path, "eval", samples, metadata, overwrite=cfg.eval.overwrite)
+    atomic.write_json(json_path, result)
+    return result

@@ -1,0 +1,88 @@
+"""``tsctl report``: summary tables with confidence intervals, paired comparisons and plots of a sweep or a run.
+
+A sweep's statistics count completed runs only, and failed or unfinished runs are listed beside
+the table (a run whose manifest says ``running`` but whose process is gone is ``interrupted``); a
+report on one run uses it whatever its status. A run whose summary values include
+NaN/Inf is named in a warning (console and ``summary.md``) with the first step where its metrics went
+bad. Outputs go to ``<sweep>/report/`` or
+``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,
+``comparisons.csv`` (sweeps with a baseline), ``attribution.csv`` (runs with seeds: where the gain
+came from, :mod:`~tsctl.stages.report.attribution`) and PNGs.
+
+Rooms: :mod:`~tsctl.stages.report.points` reads run folders and groups them into points,
+:mod:`~tsctl.stages.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stages.report.stats`),
+:mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` draws the figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from tsctl.config.errors import ConfigError
+from tsctl.evaluation.nan_warnings import run_warnings
+from tsctl.io import atomic
+from tsctl.stages.report.attribution import attribution_csv, attribution_rows, markdown_section
+from tsctl.stages.report.compare import compare, default_baseline, parse_baseline, summarize
+from tsctl.stages.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder
+from tsctl.stages.report.stats import LEVEL
+from tsctl.stages.report.tables import comparisons_csv, csv_text, markdown, print_tables
+
+__all__ = ["FINAL_EVAL", "find_runs", "report"]
+
+
+def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level: float = LEVEL) -> Path:
+    """Write the summary (Markdown, CSV), the paired comparisons and the plots of the sweep or run at ``path``; return the output folder.
+
+    Args:
+        baseline: the setting every other point is compared with, e.g. ``"ratio=0"``; None takes the
+            first value of the first swept key.
+        level: confidence level of every interval.
+
+    Raises:
+        FileNotFoundError: ``path`` holds no run.
+        ConfigError: the baseline is malformed or matches no point.
+    """
+    from tsctl.stages.report.attribution_plots import draw_attribution
+    from tsctl.stages.report.plots import draw_all
+
+    path = Path(path)
+    runs = find_runs(path)
+    single = is_run_folder(path)
+    out = path / ("plots" if single else "report")
+    points = group_points(runs, single=single)
+    summary = summarize(points, level)
+    try:
+        chosen = parse_baseline(baseline) if baseline else default_baseline(path, points)
+    except ValueError as err:
+        raise ConfigError("report.baseline", str(err)) from None
+    if baseline and not any(all(p.settings.get(k) == v for k, v in chosen.items()) for p in points):
+        labels = ", ".join(p.label for p in points)
+        raise ConfigError("report.baseline", f"{baseline!r} matches no point of {path}; the points are: {labels}")
+    rows = compare(summary, chosen) if chosen and not single else []
+    named = " ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ""
+    images = draw_all(points, out) + draw_attribution(points, out)
+    attribution = attribution_rows(points, level)
+    title = f"{'Run' if single else 'Sweep'} {path.name}"
+    warnings = [line for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
+    notes = "".join(f"\n**Warning: non-finite metric.** {line}\n" for line in warnings)
+    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + markdown_section(attribution, level) + notes)
+    if attribution:
+        atomic.write_text(out / "attribution.csv", attribution_csv(attribution))
+    atomic.write_text(out / "summary.csv", csv_text(summary))
+    if rows:
+        atomic.write_text(out / "comparisons.csv", comparisons_csv(rows))
+    if echo:
+        print_tables(summary, rows, named, title, warnings)
+    log_images(images, runs)
+    return out
+
+
+def log_images(images: list[Path], runs: list[Run]) -> None:
+    """Log ``images`` to the active wandb run, if there is one, at the runs' last step."""
+    wandb = sys.modules.get("wandb")
+    if wandb is None or wandb.run is None:
+        return
+    step = max((r.get("step", 0) for run in runs for r in run.records), default=0)
+    wandb.run.log({f"plots/{p.stem}": wandb.Image(str(p), caption=p.stem) for p in images}, step=step)

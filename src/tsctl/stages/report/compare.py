@@ -1,0 +1,168 @@
+"""The statistics of a report: per-point intervals over seeds and paired comparisons with a baseline.
+
+- Every summary cell is a :class:`~tsctl.stages.report.stats.Interval`: mean, sample std and the 95% Student-t
+  interval over the point's completed seeds.
+- A *baseline* is a partial setting such as ``ratio=0``. Each other point is compared with the point
+  that has its settings except for the baseline's keys (``ratio=25 refresh=5`` against
+  ``ratio=0 refresh=5``). The default baseline is the first value of the first swept key, as the
+  sweep's command line gave it (``multirun.yaml``), else the first point.
+- A comparison pairs runs by seed (the same seed draws the same prompts): the mean difference, its
+  t-interval and the paired t-test's p-value. For held-out greedy accuracy and pass@1, when every
+  paired run stored per-problem results of the same problems (``final_eval.json``'s
+  ``per_problem``), a paired bootstrap over problems and seeds gives a second, usually much
+  narrower, interval; the verdict then follows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from tsctl.stages.report.points import Point, Run, final_values, higher_is_better, metric_order
+from tsctl.stages.report.stats import LEVEL, Comparison, Interval, mean_ci, paired_bootstrap, paired_difference, verdict
+
+BOOTSTRAP_RESAMPLES = 10000
+"""Draws of the per-problem paired bootstrap."""
+
+
+@dataclass
+class Summary:
+    """The summary table: one row per point, ``cells[i][metric]`` the interval over point i's used runs."""
+
+    points: list[Point]
+    metrics: list[str]
+    cells: list[dict[str, Interval]]
+    level: float = LEVEL
+
+
+def summarize(points: list[Point], level: float = LEVEL) -> Summary:
+    """Mean, std and t-interval over each point's used runs of every metric of :func:`final_values`."""
+    cells, metrics = [], set()
+    for point in points:
+        values = [final_values(run) for run in point.used]
+        keys = {k for v in values for k in v}
+        metrics |= keys
+        cells.append({k: mean_ci([v[k] for v in values if k in v], level) for k in keys})
+    return Summary(points, sorted(metrics, key=metric_order), cells, level)
+
+
+@dataclass
+class Row:
+    """One metric of one point against its baseline.
+
+    Attributes:
+        seeds: the seeds paired (present and completed in both points).
+        by_seed: the paired t comparison over those seeds.
+        by_problem: the per-problem paired bootstrap, when both points stored per-problem results.
+        verdict: better / worse / not distinguishable (higher / lower for metrics without a direction),
+            from ``by_problem`` when there is one, else from ``by_seed``.
+    """
+
+    point: Point
+    baseline: Point
+    metric: str
+    seeds: list[str]
+    setting_mean: float
+    baseline_mean: float
+    by_seed: Comparison
+    by_problem: Optional[Comparison]
+    verdict: str
+
+
+def parse_baseline(text: str) -> dict[str, str]:
+    """``"ratio=0"`` or ``"ratio=0 truncation=fixed"`` as ``{key: value}``.
+
+    Raises:
+        ValueError: a part is not ``key=value``.
+    """
+    pairs = {}
+    for part in text.split():
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise ValueError(f"baseline {text!r}: write it as key=value, e.g. report.baseline=ratio=0")
+        pairs[key] = value
+    if not pairs:
+        raise ValueError("the baseline is empty; write it as key=value, e.g. report.baseline=ratio=0")
+    return pairs
+
+
+def default_baseline(sweep: Path, points: list[Point]) -> Optional[dict[str, str]]:
+    """The first value of the first swept key (from the sweep's ``multirun.yaml``), else the first point's value of the first varying key."""
+    if len(points) < 2:
+        return None
+    saved = sweep / "multirun.yaml"
+    if saved.is_file():
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        task = OmegaConf.load(saved).get("hydra", {}).get("overrides", {}).get("task", [])
+        parsed = OverridesParser.create().parse_overrides([str(o) for o in task if not str(o).startswith("hydra")])
+        for override in parsed:
+            key = override.key_or_group
+            if override.is_sweep_override() and key != "seed" and key in points[0].settings:
+                return {key: next(iter(override.sweep_string_iterator()))}
+    key = next(iter(points[0].settings), None)
+    return {key: points[0].settings[key]} if key else None
+
+
+def baseline_of(point: Point, points: list[Point], baseline: dict[str, str]) -> Optional[Point]:
+    """The point with ``point``'s settings except the baseline's keys; None when ``point`` is a baseline or has none."""
+    if all(point.settings.get(k) == v for k, v in baseline.items()):
+        return None
+    wanted = {**point.settings, **baseline}
+    return next((p for p in points if p.settings == wanted), None)
+
+
+def compare(summary: Summary, baseline: dict[str, str]) -> list[Row]:
+    """Every metric of every non-baseline point against its baseline point (see the module docstring)."""
+    rows = []
+    for point in summary.points:
+        base = baseline_of(point, summary.points, baseline)
+        if base is None:
+            continue
+        mine, theirs = _by_seed(point.used), _by_seed(base.used)
+        seeds = sorted(set(mine) & set(theirs), key=str)
+        if not seeds:
+            continue
+        values = {s: final_values(mine[s]) for s in seeds}
+        base_values = {s: final_values(theirs[s]) for s in seeds}
+        for metric in summary.metrics:
+            paired = [s for s in seeds if metric in values[s] and metric in base_values[s]]
+            if not paired:
+                continue
+            a = [values[s][metric] for s in paired]
+            b = [base_values[s][metric] for s in paired]
+            by_seed = paired_difference(a, b, summary.level)
+            by_problem = _per_problem(metric, [mine[s] for s in paired], [theirs[s] for s in paired], summary.level)
+            decided = by_problem or by_seed
+            rows.append(Row(point, base, metric, paired, float(np.mean(a)), float(np.mean(b)), by_seed, by_problem, verdict(decided, higher_is_better(metric))))
+    return rows
+
+
+def _by_seed(runs: list[Run]) -> dict[str, Run]:
+    """Runs keyed by seed (runs without a seed are left out)."""
+    return {r.seed: r for r in runs if r.seed is not None}
+
+
+def problem_scores(run: Run, metric: str) -> Optional[tuple[list[str], np.ndarray]]:
+    """Problem ids and per-problem scores [P] of ``metric`` (greedy 0/1, or solved samples / k) from ``final_eval.json``."""
+    table = run.final.get("per_problem") or {}
+    if metric == "greedy_accuracy" and "greedy" in table:
+        return table["greedy"]["ids"], np.asarray(table["greedy"]["solved"], dtype=np.float64)
+    if metric == "pass@1" and "sampled" in table:
+        sampled = table["sampled"]
+        return sampled["ids"], np.asarray(sampled["solved"], dtype=np.float64) / sampled["samples"]
+    return None
+
+
+def _per_problem(metric: str, runs: list[Run], base: list[Run], level: float) -> Optional[Comparison]:
+    """Paired bootstrap over problems and seeds, when every run scored the same problems."""
+    mine = [problem_scores(r, metric) for r in runs]
+    theirs = [problem_scores(r, metric) for r in base]
+    scored = mine + theirs
+    if any(s is None for s in scored) or len({tuple(s[0]) for s in scored}) != 1:
+        return None
+    return paired_bootstrap(np.stack([s[1] for s in mine]), np.stack([s[1] for s in theirs]), level, BOOTSTRAP_RESAMPLES)

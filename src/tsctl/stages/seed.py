@@ -1,0 +1,57 @@
+"""``tsctl seed``: train's seed writing as a stand-alone stage.
+
+A behaviour checkpoint (``shards.checkpoint``/``shards.step``; ``model.path`` by default) samples
+:func:`~tsctl.seeds.base.seeded_count` full responses for every prompt ``tsctl train`` draws at steps
+``shards.data_step ..`` (``shards.steps`` of them), and ``seeds.parquet`` gets them with their pi_b
+log-probs and cut points (:func:`tsctl.seeds.generate.seed_columns`, the function train's windows
+use, with train's seed stream), so ``tsctl rollout`` and a train run see the same structure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tsctl.config.compose import Composed
+from tsctl.config.errors import ConfigError
+from tsctl.config.rng import Stream, step_seed
+from tsctl.engines.factory import load_policy
+from tsctl.evaluation.targets import resolve_model
+from tsctl.io.progress import console
+from tsctl.io.runs import SEEDS_FILE, shard_dir
+from tsctl.io.shards import write_shard
+from tsctl.seeds.base import seeded_count
+from tsctl.seeds.generate import seed_columns
+from tsctl.stages.warmup import base_model_path
+from tsctl.tasks.registry import build_task
+from tsctl.tasks.schedule import step_prompts
+
+
+def seed(composed: Composed) -> Path:
+    """Write the seed shard; returns its path."""
+    cfg = composed.cfg
+    k = seeded_count(cfg)
+    if k == 0:
+        raise ConfigError("ratio", f"ratio={cfg.ratio:g} seeds no sample of a group of n={cfg.trainer.n}; use e.g. ratio=25")
+    for key, value, default in (("seeds.source", cfg.seeds.source, "self"), ("seeds.selector", cfg.seeds.selector, "latest")):
+        if value != default:
+            raise ConfigError(key, f"tsctl seed writes the seeds of shards.checkpoint only; {key}={value} applies to tsctl train")
+    out = shard_dir(cfg) / SEEDS_FILE
+    if out.exists() and not cfg.shards.overwrite:
+        raise ConfigError("shards.overwrite", f"{out} already exists; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
+    target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
+    policy = load_policy(cfg, target.path, target.key)
+    task = build_task(cfg.task)
+    problems = list(task.problems("train"))
+    sh, bs = cfg.shards, cfg.trainer.batch_size
+    steps = range(sh.data_step, sh.data_step + sh.steps)
+    indices = [i for s in steps for i in step_prompts(cfg.seed, s, bs, len(problems))]
+    columns = seed_columns(
+        policy.model, policy.engine, policy.formatter, task, [problems[i] for i in indices], k, cfg,
+        checkpoint=target.path, checkpoint_step=target.step or 0,
+        sample_seed=step_seed(cfg.seed, sh.data_step, Stream.SEED_SAMPLING), serve_steps=[s for s in steps for _ in range(bs)],
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_shard(out, "seed", columns, {"seeds_per_prompt": str(k), "first_step": str(sh.data_step)}, overwrite=sh.overwrite)
+    mean_cut = sum(columns["cut"]) / len(columns["cut"])
+    console.print(f"wrote {len(indices)} prompts x {k} seeds to {out} (mean prefix {mean_cut:.1f} tokens)")
+    return out

@@ -1,0 +1,245 @@
+"""The RL loop: DAPO/GRPO with Thinking Seeds.
+
+What one step does, top to bottom:
+
+1. **Prompts.** ``trainer.batch_size`` prompts from the train split, a pure function of
+   ``(seed, step)`` (so a resumed run sees the same prompts).
+2. **Seeds (Thinking Seeds, ``ratio > 0``).** Every ``refresh`` steps the current weights become
+   the behaviour policy pi_b: they write full responses for the prompts of the next ``refresh``
+   steps, a truncation strategy cuts each to a prefix, and the prefixes with their pi_b log-probs
+   are stored as a seed shard in the run folder. ``refresh=0`` keeps the initial model as pi_b.
+   Optional: a selector gives a prompt's seeds to an older snapshot of a behaviour pool
+   (``seeds.selector``), or another model or a trace file writes them (``seeds.source``); the
+   seeded samples' accuracy and advantage by source, arm, age and prefix length are logged.
+3. **Rollout.** ``n`` responses per prompt from the rollout policy pi_old (the weights at the start
+   of this step): ``round(n * ratio / 100)`` continue a seed prefix, the rest are plain.
+4. **Rewards and advantages.** The task's verifier scores each whole response; advantages are
+   group-normalised ``(r - mean) / (std + eps)`` over the prompt's samples (``algo.norm_adv_by_std``
+   off: Dr. GRPO; ``seeds.adv_group=plain``: statistics over plain samples only). Optional DAPO
+   overlong penalty or masking, and DAPO dynamic sampling (drop all-equal groups, draw more).
+5. **Old log-probs.** pi_old's log-probs as the ``hf`` engine reported them while sampling, or
+   one no-grad forward over the batch (``trainer.old_logprobs``, see :mod:`tsctl.trainer.pi_old`); the
+   ratio of a prefix token is taken against its stored pi_b log-prob (its weight bounded by a dual
+   clip, ``algo.prefix_clip_c``), of every other token against pi_old. When pi_old is recomputed,
+   its gap to the engine's log-probs is logged (``logprob_gap/*``).
+6. **Update.** ``mini_batches`` AdamW steps (times ``epochs``) on the clipped token-level objective,
+   token-mean over each mini-batch (DAPO), micro-batched for memory without changing the gradient.
+   Rows that share a prompt share one forward of it (``trainer.share_prompts``, same gradients).
+   Parameters and AdamW stay float32; forwards compute in ``model.compute_dtype`` (bf16 on CUDA).
+   An engine with its own copy of the weights (vLLM) sleeps through steps 5-6, then gets the new
+   weights and wakes up.
+7. **Log, evaluate, checkpoint.** Metrics (overall, by position, by token source) go to
+   ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
+   ``save_every`` steps, from which ``resume=true`` continues exactly. A NaN/Inf loss, gradient or
+   parameter stops the run before its weights reach a checkpoint (``trainer.nonfinite``, see
+   :mod:`tsctl.trainer.nonfinite`).
+
+Kept from DAPO: clip-higher, token-mean loss, dynamic sampling and overlong shaping (both off by
+default), no KL term by default. Dropped: value model, reward model (rewards are rule-based).
+
+Where each part lives: :func:`train` sets the run up (model, engine, data, optimiser, seed bank,
+run folder) and runs the step loop with held-out evaluation and checkpoints; :func:`train_step` is
+one step, steps 1-6 above, over the run's :class:`~tsctl.trainer.context.StepContext`.
+"""
+
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from tsctl.config.rng import Stream, step_seed
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.factory import build_engine
+from tsctl.evaluation.scoring import heldout_metrics
+from tsctl.io import faults
+from tsctl.io.checkpoints import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
+from tsctl.io.progress import console, make_progress
+from tsctl.models.batch import pack
+from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
+from tsctl.models.prompts import PromptFormatter
+from tsctl.seeds.bank import SeedBank
+from tsctl.seeds.base import uses_seeds
+from tsctl.seeds.unknown_logprobs import ratio_denominators
+from tsctl.stages.warmup import base_model_path
+from tsctl.tasks.registry import build_task
+from tsctl.trainer.context import StepContext
+from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
+from tsctl.trainer.optim import load_trainable, make_optimizer
+from tsctl.trainer.pi_old import step_pi_old
+from tsctl.trainer.reference import load_reference, reference_logprobs
+from tsctl.trainer.rewards import sample_advantages
+from tsctl.trainer.rollout import sample_groups
+from tsctl.trainer.rollout_shard import write_step_rollouts
+from tsctl.trainer.step_metrics import rollout_metrics
+from tsctl.trainer.update import policy_update
+
+if TYPE_CHECKING:
+    from tsctl.config.compose import Composed
+    from tsctl.io.runs import RunDir
+
+
+def train(composed: Composed) -> RunDir:
+    """Run (or resume) the RL loop described in the module docstring; returns the run folder.
+
+    The model, data and engine are loaded before the run folder is created (a failed start leaves
+    none); the folder is then held locked until the run ends (see :func:`tsctl.io.runs.open_run`).
+    """
+    # Run folders and metric sinks need OmegaConf; train_step and the rest of this module do not
+    # (bench/gpu_check.py drives train_step on images without Hydra or OmegaConf).
+    from tsctl.io.runs import locate_run, open_run
+    from tsctl.io.sinks import MetricsSink
+
+    cfg, tr = composed.cfg, composed.cfg.trainer
+    require_fp32_master(cfg.model.dtype)
+    located = locate_run(cfg, composed.node, "train")
+    resume_from = latest_checkpoint(located.checkpoints)
+    base = base_model_path(cfg)
+    ctx, tokenizer = setup(cfg, str(resume_from[1] if resume_from else base), base, located)
+    if ctx.seeds is not None and resume_from:
+        ctx.seeds.check_resume(resume_from[0])
+    run = open_run(cfg, composed.node, "train")
+    if ctx.seeds is not None and cfg.algo.dynamic_sampling:
+        console.print(
+            "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
+            f"ratio={cfg.ratio:g}% of the kept samples are seeded (the metrics' tokens_by_source show how many)",
+            highlight=False,
+        )
+    start = 0
+    if resume_from:
+        start = resume_from[0]
+        resume(ctx, resume_from[1])
+        run.truncate_metrics(start)
+    else:
+        torch.manual_seed(cfg.seed)
+        run.truncate_metrics(-1)
+    run.set_status("running", started_step=start)
+    ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
+    sink = MetricsSink(run, cfg.logger, composed.node)
+    try:
+        if start == 0 and tr.eval_every:
+            sink.log({"step": 0, **heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, 0)})
+        with make_progress() as progress:
+            bar = progress.add_task("train", total=tr.steps, completed=start, status="")
+            for step in range(start, tr.steps):
+                t_seeds = time.perf_counter()
+                if ctx.seeds is not None:
+                    ctx.seeds.prepare(step, ctx.model, ctx.engine)
+                seeds_time = time.perf_counter() - t_seeds
+                ctx.guard.begin_step(step + 1)
+                record = train_step(step, ctx)
+                # Seed generation (at refresh steps) counts toward the step that triggered it.
+                record["time/seeds"] = seeds_time
+                record["time/step"] += seeds_time
+                done = step + 1
+                if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
+                    record.update(heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, done))
+                sink.log(record)
+                faults.hit("step-logged")
+                # A window's first step is checkpointed too: its seeds can be written again from it.
+                if done % tr.save_every == 0 or done == tr.steps or (ctx.seeds is not None and ctx.seeds.opens_window(done)):
+                    checkpoint(ctx, tokenizer, run.checkpoints, done)
+                progress.update(bar, advance=1, status=_status(record))
+    except BaseException as err:
+        details = err.manifest_fields() if isinstance(err, NonFiniteError) else {}
+        with contextlib.suppress(OSError):  # a full disk may refuse the manifest too
+            run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
+        run.close()
+        raise
+    finally:
+        sink.close()
+    run.set_status("completed", finished_step=tr.steps)
+    run.close()
+    return run
+
+
+def setup(cfg: TsctlConfig, path: str, base: str, located: RunDir) -> tuple[StepContext, PreTrainedTokenizerBase]:
+    """The run's step context and tokenizer: the policy from ``path`` (the base model ``base`` or a
+    checkpoint to resume), its engine, the task's train split, the optimiser, the KL reference (from
+    ``base``) and, in a Thinking Seeds run, the seed bank of the run folder ``located``."""
+    model, tokenizer = load_trainable(cfg, path)
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
+    task = build_task(cfg.task)
+    problems = list(task.problems("train"))
+    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
+    optimizer, scheduler = make_optimizer(cfg, model)
+    ref_model = load_reference(cfg, base)
+    seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None
+    guard = NonFiniteGuard(cfg.trainer.nonfinite, cfg.trainer.max_nonfinite_skips)
+    return StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard), tokenizer
+
+
+def resume(ctx: StepContext, path: Path) -> None:
+    """Restore the optimiser, scheduler, RNG states and non-finite skips saved with checkpoint ``path``."""
+    state = load_state(path)
+    ctx.optimizer.load_state_dict(state["optimizer"])
+    ctx.scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    ctx.guard.skips = state.get("nonfinite_skips", 0)
+
+
+def checkpoint(ctx: StepContext, tokenizer: PreTrainedTokenizerBase, folder: Path, done: int) -> None:
+    """Save checkpoint ``step-<done>`` with the state a resume needs, then prune older ones (sparing open seed windows')."""
+    state = {"optimizer": ctx.optimizer.state_dict(), "scheduler": ctx.scheduler.state_dict(), "rng": rng_state(), "nonfinite_skips": ctx.guard.skips}
+    save_checkpoint(folder, done, ctx.model, tokenizer, state)
+    prune_checkpoints(folder, ctx.cfg.trainer.keep_checkpoints, protect=ctx.seeds.keep(done) if ctx.seeds is not None else set())
+
+
+def _status(record: dict) -> str:
+    text = f"reward {record['reward/mean']:.3f}  entropy {record['entropy']:.3f}"
+    if "eval/greedy_accuracy" in record:
+        text += f"  held-out {record['eval/greedy_accuracy']:.3f}"
+    return text
+
+
+def train_step(step: int, ctx: StepContext) -> dict[str, float]:
+    """One step (rollout, advantages, old log-probs, update) of the run ``ctx``; returns its metrics record.
+
+    ``step`` counts from 0 (the record's ``step`` from 1). With ``ctx.rollouts_dir`` the step's samples
+    are also written there; a non-finite loss, gradient or parameter raises :class:`NonFiniteError`.
+    """
+    cfg, model, engine = ctx.cfg, ctx.model, ctx.engine
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    samples = sample_groups(step, ctx)
+    timings["time/generate"] = time.perf_counter() - t0
+
+    advantages = sample_advantages(samples, cfg)
+    attribution = ctx.seeds.observe(step, samples, advantages) if ctx.seeds is not None else {}
+    batch = pack(samples, advantages, ctx.formatter.pad_id, model_device(model))
+    if ctx.rollouts_dir is not None:
+        write_step_rollouts(ctx.rollouts_dir, step, samples, advantages)
+
+    engine.sleep()  # rollouts are done: an engine with its own GPU memory frees it for the update
+    t1 = time.perf_counter()
+    old = step_pi_old(cfg, engine, model, samples, batch)
+    ref = reference_logprobs(ctx.ref_model, batch, cfg) if ctx.ref_model is not None else None
+    timings["time/old_logprobs"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    denominators = ratio_denominators(old.logprobs, batch, cfg, model, old.from_engine)
+    shuffle = torch.Generator().manual_seed(step_seed(cfg.seed, step, Stream.SHUFFLE))
+    update = policy_update(model, ctx.optimizer, ctx.scheduler, batch, denominators, cfg, shuffle, ref, ctx.guard)
+    timings["time/update"] = time.perf_counter() - t2
+    engine.load_weights(model.state_dict())
+    engine.wake_up()
+    timings["time/step"] = time.perf_counter() - t0
+    generated = sum(len(s.generated_ids) for s in samples)
+    trained = int(batch.attention_mask.sum()) * cfg.trainer.epochs
+    return {
+        "step": step + 1,
+        **rollout_metrics(samples, batch, old.entropy, list(cfg.trainer.position_bins), step),
+        **attribution,
+        **old.gap,
+        **update.means(),
+        **timings,
+        "lr": ctx.scheduler.get_last_lr()[0],
+        "samples": len(samples),
+        "generate_tokens_per_s": generated / max(timings["time/generate"], 1e-9),
+        "train_tokens_per_s": trained / max(timings["time/update"], 1e-9),
+    }

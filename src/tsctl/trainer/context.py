@@ -1,0 +1,51 @@
+"""What one training step works with: the run's config, models, sampler, data and optimiser, in one typed object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.base import Engine
+from tsctl.models.prompts import PromptFormatter
+from tsctl.seeds.bank import SeedBank
+from tsctl.tasks.base import Problem, Task
+from tsctl.trainer.nonfinite import NonFiniteGuard
+
+
+@dataclass
+class StepContext:
+    """Everything :func:`tsctl.stages.train.train_step` reads, built once per run.
+
+    Attributes:
+        cfg: the run's config.
+        model: the policy being trained (float32 parameters on ``model.device``).
+        engine: the rollout engine sampling from it.
+        formatter: prompt encoding and decoding, the end and pad tokens.
+        task: the task's verifier.
+        problems: the train split, indexed by the prompt schedule (:mod:`tsctl.tasks.schedule`).
+        optimizer: AdamW over the model's parameters.
+        scheduler: its learning-rate schedule (one step per optimiser step).
+        seeds: the run's seed bank (Thinking Seeds runs only), else None.
+        ref_model: the frozen KL reference (``algo.kl_coef > 0``), else None.
+        guard: the run's non-finite guard (its skip count persists across steps); None: a fresh one per
+            step, per ``trainer.nonfinite``.
+        rollouts_dir: where each step's samples are written (``trainer.save_rollouts``), else None.
+    """
+
+    cfg: TsctlConfig
+    model: PreTrainedModel
+    engine: Engine
+    formatter: PromptFormatter
+    task: Task
+    problems: Sequence[Problem]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    seeds: SeedBank | None = None
+    ref_model: PreTrainedModel | None = None
+    guard: NonFiniteGuard | None = None
+    rollouts_dir: Path | None = None
