@@ -32,15 +32,15 @@ def test_std_vs_no_std_hand_values():
     torch.testing.assert_close(group_advantages(rewards, norm_by_std=False), torch.tensor([[0.5, -0.5, -0.5, 0.5]]))
 
 
-def test_matches_per_group_formula_with_scattered_ids():
-    torch.manual_seed(0)
-    rewards = torch.rand(24)
-    index = torch.tensor([5, 1, 9] * 8)
-    adv = group_advantages(rewards, index, eps=1e-6)
-    for g in (5, 1, 9):
-        sel = index == g
-        r = rewards[sel]
-        torch.testing.assert_close(adv[sel], (r - r.mean()) / (r.std() + 1e-6))
+def test_scattered_group_ids_by_hand():
+    # Groups 5, 1, 9 interleaved. Group 5: rewards 0, 2 (mean 1, unbiased std sqrt(2)); group 1: 1, 1
+    # (std 0: advantages exactly 0); group 9: 3, 5, 7 (mean 5, unbiased std 2).
+    rewards = torch.tensor([0.0, 1.0, 3.0, 2.0, 1.0, 5.0, 7.0])
+    index = torch.tensor([5, 1, 9, 5, 1, 9, 9])
+    a = 1.0 / (math.sqrt(2.0) + 1e-6)
+    b = 2.0 / (2.0 + 1e-6)
+    expected = torch.tensor([-a, 0.0, -b, a, 0.0, 0.0, b])
+    torch.testing.assert_close(group_advantages(rewards, index, eps=1e-6), expected)
 
 
 def test_grid_and_flat_forms_agree():

@@ -43,12 +43,14 @@ def test_defaults_are_the_papers_behaviour_policy():
     assert (s.selector, s.pool_size, s.source) == ("latest", 1, "self")
 
 
+@pytest.mark.slow
 def test_the_cli_prints_one_line_and_exits_2(tmp_path):
     proc = tsctl("train", f"runs_dir={tmp_path}", "ratio=25", "seeds.selector=uniform", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
     assert "seeds.pool_size" in (proc.stdout + proc.stderr)
 
 
+@pytest.mark.slow
 def test_the_seed_stage_refuses_the_train_only_keys(tmp_path):
     proc = tsctl("seed", f"runs_dir={tmp_path}", "ratio=25", "seeds.selector=uniform", "seeds.pool_size=2", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and not any(tmp_path.iterdir())

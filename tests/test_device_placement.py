@@ -49,7 +49,7 @@ def run_step(tmp_path, overrides: list[str], placement: str = "policy") -> tuple
     task = build_task(cfg.task)
     problems = list(task.problems("train"))
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=0)
-    ref = build_tiny_model(cfg.model.tiny, tokenizer, seed=0).eval()
+    ref = build_tiny_model(cfg.model.tiny, tokenizer, seed=1).eval()  # not the policy: the KL is well above 0
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with SimulatedDevice() as mode:
         to_device(model)
@@ -79,8 +79,12 @@ def test_a_train_step_keeps_every_tensor_on_the_model_device(tmp_path, engine_on
 
 
 def test_a_reference_model_on_the_cpu_serves_a_policy_on_the_device(tmp_path, engine_on_device):
-    record, *_ = run_step(tmp_path, [], placement="cpu")
-    assert record["kl_ref"] >= 0
+    on_cpu, *_ = run_step(tmp_path / "cpu", [], placement="cpu")
+    beside, *_ = run_step(tmp_path / "policy", [], placement="policy")
+    # The same step, the reference (another initialisation than the policy's) wherever it sits: its
+    # log-probs come back to the device whole, so the KL to it is the same, and well above 0.
+    assert on_cpu["kl_ref"] > 0.01
+    assert on_cpu["kl_ref"] == pytest.approx(beside["kl_ref"], rel=1e-5)
 
 
 def test_the_reference_model_is_offloaded_between_forwards(tmp_path):

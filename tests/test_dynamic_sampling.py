@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tsctl.engines.base import Completion
 from tsctl.stages.compose import compose_config
 from tsctl.tasks.base import Problem
@@ -80,6 +82,7 @@ def test_a_batch_with_no_informative_group_is_kept_whole():
     assert sorted(groups_of(samples)) == [0, 1, 2, 3] and all(s.reward == 0 for s in samples)
 
 
+@pytest.mark.slow
 def test_seeded_run_with_dynamic_sampling_says_refills_carry_no_seeds(micro):
     from conftest import tsctl
 

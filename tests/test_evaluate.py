@@ -7,10 +7,7 @@ the rest call the stage in-process, which keeps the file well under a minute on 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TinyModelConfig
 from tsctl.evaluation import scores
@@ -39,15 +36,6 @@ RESULT_KEYS = {
     "checkpoint", "checkpoint_path", "step", "benchmark", "problems", "skipped_rows", "k", "greedy_accuracy",
     "pass@1", "pass@2", "pass@4", "entropy", "mean_length", "truncation_rate", "sampling", "seconds",
 }
-
-
-def tsctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``python -m tsctl`` (wide output, so one-line messages stay on one line)."""
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000"}
-    proc = subprocess.run([sys.executable, "-m", "tsctl", *args], capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def scored(rewards: list[list[float]]) -> Scored:

@@ -176,6 +176,7 @@ def test_baseline_matches_the_point_with_the_other_settings_equal(tmp_path):
         report(root, echo=False, baseline="ratio=50")
 
 
+@pytest.mark.slow
 def test_cli_takes_the_baseline_unquoted_and_refuses_other_keys(paired_sweep):
     done = tsctl("report", str(paired_sweep), "report.baseline=ratio=25", "report.level=0.9")
     assert "Paired against ratio=25" in done.stderr and "90% CI" in done.stderr

@@ -57,38 +57,50 @@ def test_prefix_ratio_is_one_when_pi_b_is_the_current_policy(setup):
     with torch.no_grad():
         current, _ = response_logprobs(model, batch, cfg.engine.temperature)
     prefix = batch.source == PREFIX
-    ratio = torch.exp(current - old_logprobs(current, batch))[prefix]
-    assert ratio.numel() > 0
+    assert int(prefix.sum()) > 0
+    # The seeds' stored pi_b is the current policy's own log-prob of each prefix token.
+    ratio = torch.exp(current[prefix] - batch.behaviour_logprobs[prefix])
     assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-5)
     for s in samples:  # prefix tokens are exactly the seed's tokens
         if s.seeded:
             assert s.response_ids[: len(s.prefix_ids)] == s.prefix_ids
 
 
-def test_plain_batch_loss_and_gradient_are_bit_identical_to_dapo(setup):
+def test_in_a_mixed_batch_only_prefix_tokens_change_the_loss_from_dapos(setup):
+    # Seeded and plain rows in one batch, pi_b (the seeds' log-probs) unlike pi_old on every prefix
+    # token. The ratio denominators differ from pi_old exactly on the prefix tokens, so the loss and
+    # gradient of everything but the prefix tokens are DAPO's bit for bit, and the prefix tokens'
+    # are not.
     cfg, model, fmt, task, engine = setup
-    problems = list(task.problems("train"))[:2]
-    samples = collect_groups(problems, None, 4, engine, fmt, task, SamplingParams(max_new_tokens=16, seed=1))
-    adv = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)
-    batch = pack(samples, adv, fmt.pad_id)
-    assert bool((batch.source[batch.resp_mask] == PLAIN).all())
+    problems = list(task.problems("train"))[:3]
+    table = seed_columns(model, engine, fmt, task, problems, 2, cfg, checkpoint="now", checkpoint_step=0, sample_seed=3)
+    groups = seeds_from_table(table)
+    samples = collect_groups(problems, [groups[2 * i : 2 * i + 2] for i in range(3)], 4, engine, fmt, task, SamplingParams(max_new_tokens=16, seed=1))
+    batch = pack(samples, torch.tensor([1.0, -1.0, 0.5, -0.5] * 3), fmt.pad_id)
+    prefix = batch.source == PREFIX
+    rest = batch.resp_mask & ~prefix
+    assert int(prefix.sum()) > 0 and bool((batch.source[rest] == PLAIN).any()) and bool((batch.source[rest] == SUFFIX).any())
     with torch.no_grad():
-        pi_old, _ = response_logprobs(model, batch)
-    pi_old = pi_old - 0.05  # as if the policy had moved since sampling
-    token_norm, seq_norm = loss_norms(batch.resp_mask)
+        pi_old = response_logprobs(model, batch)[0] - 0.05  # as if the policy had moved since sampling
+    old = old_logprobs(pi_old, batch)
+    assert torch.equal(old[~prefix], pi_old[~prefix])
+    assert torch.equal(old[prefix], batch.behaviour_logprobs[prefix]) and bool((old[prefix] != pi_old[prefix]).all())
     loss_fn = get_policy_loss("dapo")
 
-    def loss_and_grads(old):
+    def loss_and_grads(denominators, mask):
         model.zero_grad()
         lp, _ = response_logprobs(model, batch)
-        loss, _ = loss_fn(lp, old, batch.advantages, batch.resp_mask, clip_low=0.2, clip_high=0.28, token_norm=token_norm, seq_norm=seq_norm)
+        token_norm, seq_norm = loss_norms(mask)
+        loss, _ = loss_fn(lp, denominators, batch.advantages, mask, clip_low=0.2, clip_high=0.28, token_norm=token_norm, seq_norm=seq_norm)
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
-    seeds_loss, seeds_grads = loss_and_grads(old_logprobs(pi_old, batch))
-    dapo_loss, dapo_grads = loss_and_grads(pi_old)
-    assert torch.equal(seeds_loss, dapo_loss)
-    assert all(torch.equal(a, b) for a, b in zip(seeds_grads, dapo_grads))
+    seeds_rest, seeds_rest_grads = loss_and_grads(old, rest)
+    dapo_rest, dapo_rest_grads = loss_and_grads(pi_old, rest)
+    assert torch.equal(seeds_rest, dapo_rest) and all(torch.equal(a, b) for a, b in zip(seeds_rest_grads, dapo_rest_grads))
+    seeds_all, _ = loss_and_grads(old, batch.resp_mask)
+    dapo_all, _ = loss_and_grads(pi_old, batch.resp_mask)
+    assert not torch.equal(seeds_all, dapo_all)
 
 
 def test_hand_computed_batch_mixing_prefix_suffix_and_plain_tokens():
@@ -135,8 +147,11 @@ def test_seed_then_rollout_then_train_chain_through_the_cli(micro, tmp_path):
         for g in range(4):
             rows = [i for i, x in enumerate(table["group"]) if x == g]
             assert len(rows) == n
-            assert sum(table["prefix_len"][i] > 0 for i in rows) <= k
+            # Exactly the first k samples of a group are seeded (a seed cut at 0 too: its behaviour_step is set).
+            assert [table["behaviour_step"][i] >= 0 for i in rows] == [True] * k + [False] * (n - k)
+            assert all(table["prefix_len"][i] == 0 for i in rows[k:])
             assert abs(sum(table["advantage"][i] for i in rows)) < 1e-5
+        assert sum(length > 0 for length in table["prefix_len"]) > 0  # some seed really has a prefix
     # The CLI rollout continues exactly the seed prefixes: prefix tokens equal the seed's tokens.
     seed_prefixes = [ids[:cut] for ids, cut in zip(seeds["response_ids"], seeds["cut"])]
     for g in range(4):
