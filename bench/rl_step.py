@@ -53,6 +53,11 @@ the work a row-by-row update would have done, per second of tsctl's update.
 
 Writes ``bench/results/<timestamp>.json`` and prints a table; ``--profile`` adds pyinstrument call
 trees of one run of each side (``<timestamp>-profile-<side>.txt``) for finding what bounds a figure.
+
+The parts live in ``bench/rl_bench/``: ``settings.py`` (what every side runs with, the targets),
+``sides.py`` (tsctl's loop, TRL's trainer, the engine against ``model.generate``, a plain HF update),
+``timing.py`` (wall and CPU clocks, matmul peaks, update FLOPs) and ``report.py`` (figures, medians,
+the table); this script runs the interleaved rounds and writes the record.
 """
 
 from __future__ import annotations

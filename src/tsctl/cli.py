@@ -31,7 +31,7 @@ selector=latest|oldest|uniform|max_entropy|bandit, pool_size, source=self|model|
 
 [bold]Presets[/bold] set a whole paper-like run: [cyan]+preset=qwen2.5-math-1.5b[/cyan] or [cyan]+preset=qwen2.5-math-7b[/cyan] (conf/preset/).
 
-Print the resolved config with [cyan]--cfg job[/cyan]; every key is documented in src/tsctl/config/schema.py.
+Print the resolved config with [cyan]--cfg job[/cyan]; every key is documented in src/tsctl/config/schema/.
 """
 
 app = typer.Typer(

@@ -4,10 +4,10 @@
 scheduler would) the ``n``-th time the code reaches :func:`hit` with that point's name. Unset (the
 normal case) :func:`hit` returns at once. Points:
 
-- ``shard-written``: a shard file is in place, its ``.sha256`` not yet (``seeds/shards.py``);
+- ``shard-written``: a shard file is in place, its ``.sha256`` not yet (:mod:`tsctl.io.shards`);
 - ``checkpoint-partial``: a checkpoint's weights are in its temp folder, its trainer state not yet
-  (``trainer/checkpoint.py``);
-- ``step-logged``: a step's metrics line is written, its checkpoint (if any) not yet (``train.py``).
+  (:mod:`tsctl.io.checkpoints`);
+- ``step-logged``: a step's metrics line is written, its checkpoint (if any) not yet (:mod:`tsctl.stages.train`).
 """
 
 from __future__ import annotations

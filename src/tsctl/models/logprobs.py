@@ -100,7 +100,7 @@ def recompute(
     Micro-batched as the update is (:func:`~tsctl.models.micro_batches.micro_batches`: at most
     ``micro_batch_size`` rows, ``micro_batch_tokens`` padded tokens; 0 = no limit), computed under
     autocast to ``compute_dtype`` (None or float32: none). ``share_prompts`` and ``logits_chunk_mib``:
-    as in :func:`~tsctl.models.batch.response_logprobs`.
+    as in :func:`response_logprobs`.
     """
     T = batch.resp_mask.shape[1]
     logps = torch.zeros(batch.resp_mask.shape, dtype=torch.float32, device=batch.device)

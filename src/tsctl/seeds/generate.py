@@ -47,8 +47,8 @@ def seed_columns(
 
     The behaviour policy is ``model`` (the engine samples from it). Log-probs and entropies at the
     sampling temperature come from the engine when ``trainer.old_logprobs`` allows it (see
-    ``trainer/pi_old.py``) and ``teacher_forced`` is off, else from a teacher-forced forward of the
-    same weights.
+    :mod:`tsctl.engines.own_logprobs`) and ``teacher_forced`` is off, else from a teacher-forced
+    forward of the same weights (:func:`tsctl.models.logprobs.recompute_for`).
     """
     e = cfg.engine
     prompts = [formatter.prompt_ids(p.question) for p in problems]

@@ -42,7 +42,6 @@ run folder) and runs the step loop with held-out evaluation and checkpoints; :fu
 one step, steps 1-6 above, over the run's :class:`~tsctl.trainer.context.StepContext`.
 """
 
-
 from __future__ import annotations
 
 import contextlib

@@ -11,7 +11,9 @@ came from, :mod:`~tsctl.stages.report.attribution`) and PNGs.
 
 Rooms: :mod:`~tsctl.stages.report.points` reads run folders and groups them into points,
 :mod:`~tsctl.stages.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stages.report.stats`),
-:mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` draws the figures.
+:mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` and
+:mod:`~tsctl.stages.report.attribution_plots` draw the figures with :mod:`~tsctl.stages.report.figures`,
+:mod:`~tsctl.stages.report.attribution` writes where the gain came from.
 """
 
 from __future__ import annotations
