@@ -8,7 +8,7 @@ register under their name with :meth:`Registry.register`, callers look them up w
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -45,12 +45,3 @@ class Registry(Generic[T]):
     def names(self) -> tuple[str, ...]:
         """Registered names, in registration order."""
         return tuple(self._entries)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
