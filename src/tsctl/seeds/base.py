@@ -2,9 +2,9 @@
 
 This module is the one reader of the share ``ratio``: :func:`uses_seeds` says whether a run is a
 Thinking Seeds run at all, :func:`seeded_count` how many of a group's ``n`` samples continue a seed.
-The two differ: ``ratio=5`` with ``n=8`` seeds no sample (``round(0.4) = 0``), yet the run keeps
-what a seeded run has (a seed bank writing nothing, the prefix dual clip, clip metrics by source
-and position), as it always has.
+A ratio that seeds no sample of a group (``ratio=5`` with ``n=8``: ``round(0.4) = 0``) is refused
+when the config is checked (:func:`tsctl.stages.compose.check`), so every Thinking Seeds run
+seeds at least one sample per group.
 
 Refresh windows: with ``refresh = T > 0`` the steps ``w .. w+T-1`` (``w`` a multiple of ``T``) share
 one behaviour policy, the weights at step ``w``; ``refresh=0`` makes the whole run one window.

@@ -17,7 +17,7 @@ from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.validate import one_of, validate
 from tsctl.engines.factory import ENGINES
-from tsctl.seeds.base import seeded_count
+from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.selectors import BANDITS, SELECTORS
 from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import SCHEDULES, STRATEGIES
@@ -43,6 +43,12 @@ def check(cfg: TsctlConfig) -> TsctlConfig:
     then what needs a package's logic; return it unchanged or raise :class:`ConfigError`."""
     check_names(cfg)
     validate(cfg)
+    if uses_seeds(cfg) and seeded_count(cfg) == 0:
+        least = 50 / cfg.trainer.n
+        raise ConfigError(
+            "ratio", f"ratio={cfg.ratio:g} seeds no sample of a group of trainer.n={cfg.trainer.n} (round(n * ratio / 100) = 0); "
+            f"use ratio > {least:g} for one seeded sample per group, or ratio=0 for plain DAPO"
+        )
     if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
     return cfg

@@ -19,7 +19,7 @@ from tsctl.evaluation.targets import resolve_model
 from tsctl.io.progress import console
 from tsctl.io.runs import SEEDS_FILE, shard_dir
 from tsctl.io.shards import write_shard
-from tsctl.seeds.base import seeded_count
+from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.generate import seed_columns
 from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.registry import build_task
@@ -29,9 +29,9 @@ from tsctl.tasks.schedule import step_prompts
 def seed(composed: Composed) -> Path:
     """Write the seed shard; returns its path."""
     cfg = composed.cfg
+    if not uses_seeds(cfg):
+        raise ConfigError("ratio", "ratio=0 seeds no sample; use e.g. ratio=25")
     k = seeded_count(cfg)
-    if k == 0:
-        raise ConfigError("ratio", f"ratio={cfg.ratio:g} seeds no sample of a group of n={cfg.trainer.n}; use e.g. ratio=25")
     for key, value, default in (("seeds.source", cfg.seeds.source, "self"), ("seeds.selector", cfg.seeds.selector, "latest")):
         if value != default:
             raise ConfigError(key, f"tsctl seed writes the seeds of shards.checkpoint only; {key}={value} applies to tsctl train")
