@@ -310,3 +310,17 @@ def test_generate_restores_the_models_attention_even_when_it_fails(model, monkey
     with pytest.raises(ZeroDivisionError):
         engine.generate([Request(PROMPTS[0])], SamplingParams(max_new_tokens=3))
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_rows_past_a_sliding_window_are_refused_with_the_fix():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from tsctl.config.errors import ConfigError
+
+    config = MistralConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=2, sliding_window=8, max_position_embeddings=64)
+    engine = HFEngine(MistralForCausalLM(config), 2, 0)
+    fits = engine.generate([Request(prompt_ids=[3, 4, 5], prefix_ids=[6])], SamplingParams(max_new_tokens=4, seed=1))
+    assert len(fits) == 1  # 3 + 1 + 4 = 8 tokens: inside the window
+    with pytest.raises(ConfigError, match="sliding window of 8 tokens.*reach 9 tokens.*engine.max_new_tokens"):
+        engine.generate([Request(prompt_ids=[3, 4, 5], prefix_ids=[6])], SamplingParams(max_new_tokens=5, seed=1))

@@ -41,6 +41,7 @@ import torch
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
+from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.decode_attention import DECODE_ATTENTION
 from tsctl.engines.fused_decode import FusedDecoder
@@ -48,6 +49,7 @@ from tsctl.engines.kv_cache import PreallocatedLayer
 from tsctl.engines.sampling import sample
 from tsctl.models.padding import additive_mask, left_pad, prefill_mask
 from tsctl.models.precision import autocast
+from tsctl.models.shared_prompts import sliding_window
 
 _CHECK_EVERY = 4
 """Decode steps between looks at how many rows are still running (one host sync each)."""
@@ -108,6 +110,7 @@ class HFEngine:
         if any(not r.prompt_ids for r in requests):
             raise ValueError("every request needs at least one prompt token")
         rows = [_Row(tuple(r.prompt_ids), tuple(r.prefix_ids), r.token_limit(params)) for r in requests]
+        self._check_window(rows)
         order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt), rows[i].prompt))
         generator = torch.Generator(device=self.device).manual_seed(params.seed)
         results: list[Completion | None] = [None] * len(rows)
@@ -128,6 +131,18 @@ class HFEngine:
             self.model.train(was_training)
             self.model.config._attn_implementation = attention
         return results  # type: ignore[return-value]
+
+    def _check_window(self, rows: Sequence[_Row]) -> None:
+        """Refuse rows that reach past the model's sliding attention window: the engine's explicit 4D
+        mask has no window, so it would attend where the model's own forward does not."""
+        window = sliding_window(self.model)
+        longest = max((len(r.prompt) + len(r.prefix) + r.limit for r in rows), default=0)
+        if window is not None and longest > window:
+            raise ConfigError(
+                "engine", f"the model attends through a sliding window of {window} tokens, which the hf engine does not apply, "
+                f"and prompt + response reach {longest} tokens here; lower engine.max_new_tokens (or the prompts) so that "
+                f"they fit in {window}, or use engine=vllm"
+            )
 
     def sleep(self) -> None:
         """Nothing to release: the engine samples with the trainer's own model."""
