@@ -165,3 +165,21 @@ def test_without_sleep_mode_sleep_is_a_no_op_and_loads_still_reset_the_prefix_ca
     engine.wake_up()
     assert [e[0] for e in engine.llm.events if e[0] != "rpc"] == ["load_weights", "reset_prefix_cache"]
     assert engine.generate([Request([1, 2])], SamplingParams(max_new_tokens=8))[0].finished
+
+
+def test_under_torchrun_each_rank_runs_its_own_engine_in_the_job(monkeypatch, folder, policy):
+    from tsctl.config.rng import rank_seed
+    from tsctl.distributed import world
+
+    model, formatter = policy
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="external_launcher"):  # the fake's check: what a plain LLM would do here
+        fake_vllm.install(monkeypatch, fake_vllm.end_after(lambda prompt: 3, end=IM_END))
+        fake_vllm.LLM(str(folder), seed=7)
+    monkeypatch.setattr(world, "_current", world.World(rank=1, size=2, local_rank=1))
+    engine = vllm_engine(monkeypatch, folder, model, formatter)
+    kwargs = engine.llm.kwargs
+    assert kwargs["distributed_executor_backend"] == "external_launcher" and kwargs["data_parallel_size"] == 2
+    assert kwargs["seed"] == rank_seed(7, 1) != 7
+    with pytest.raises(ValueError, match="tensor_parallel_size=2 under torchrun"):
+        vllm_engine(monkeypatch, folder, model, formatter, "engine.tensor_parallel_size=2")

@@ -6,11 +6,11 @@ Layers, top to bottom (docs/ARCHITECTURE.md draws them):
 2. ``stages`` (one module per command, the report package, the composition step)
 3. ``trainer``, ``seeds``, ``engines``, ``evaluation``
 4. ``algo``, ``tasks``, ``models``
-5. ``config``, ``io``
+5. ``config``, ``distributed``, ``io``
 
 A module may import from its own layer or below. Within a layer the packages are ordered too
 (``engines`` < ``seeds`` < ``trainer``; ``engines`` < ``evaluation``; ``algo`` < ``tasks`` < ``models``;
-``config`` < ``io``): a package imports only packages before it in that order, so no two packages
+``config`` < ``distributed`` < ``io``): a package imports only packages before it in that order, so no two packages
 of a layer import each other. Lazy imports inside functions count like any other.
 """
 
@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     "stages": 2,
     "trainer": 3, "seeds": 3, "engines": 3, "evaluation": 3,
     "algo": 4, "tasks": 4, "models": 4,
-    "config": 5, "io": 5,
+    "config": 5, "distributed": 5, "io": 5,
 }
 """Layer of each room (top-level module or package of ``tsctl``)."""
 
@@ -39,7 +39,8 @@ SAME_LAYER: dict[str, set[str]] = {
     "evaluation": {"engines"},
     "tasks": {"algo"},
     "models": {"algo", "tasks"},
-    "io": {"config"},
+    "distributed": {"config"},
+    "io": {"config", "distributed"},
 }
 """The rooms of its own layer each room may import (none is allowed both ways)."""
 

@@ -127,10 +127,12 @@ def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
     """Run the RL loop (DAPO; Thinking Seeds when ratio > 0) into runs/<experiment>/<name>/."""
 
     def stage(c: Composed) -> None:
+        from tsctl.distributed.world import from_env
         from tsctl.stages.train import train as run_train
 
         run = run_train(c)
-        console.print(f"run complete: {run.path}  (metrics in {run.metrics_file})")
+        if from_env().main:  # under torchrun: once, by rank 0
+            console.print(f"run complete: {run.path}  (metrics in {run.metrics_file})")
 
     _run(overrides, cfg, stage)
 

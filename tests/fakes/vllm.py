@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pickle
 import sys
 import types
@@ -43,7 +44,7 @@ Script = Callable[[list[int]], Iterator[int]]
 LLM_KWARGS = {
     "model", "tokenizer", "dtype", "seed", "gpu_memory_utilization", "tensor_parallel_size", "max_model_len",
     "max_num_seqs", "enable_sleep_mode", "enable_prefix_caching", "logprobs_mode", "worker_extension_cls",
-    "enforce_eager", "trust_remote_code",
+    "enforce_eager", "trust_remote_code", "distributed_executor_backend", "data_parallel_size",
 }
 """Keyword arguments of ``vllm.LLM`` (named or ``EngineArgs`` fields in 0.33 and 0.34) the fake understands."""
 
@@ -219,6 +220,13 @@ class LLM:
             raise ValueError(f"gpu_memory_utilization={memory} must be in (0, 1]")
         if not isinstance(kwargs.get("seed", 0), int):
             raise TypeError("LLM.seed must be an int")
+        if kwargs.get("distributed_executor_backend") == "external_launcher":
+            # vLLM joins the torchrun world: it must be exactly the engine's TP x DP ranks
+            ranks = kwargs.get("tensor_parallel_size", 1) * kwargs.get("data_parallel_size", 1)
+            if int(os.environ.get("WORLD_SIZE", "1")) != ranks:
+                raise RuntimeError(f"external_launcher: WORLD_SIZE={os.environ.get('WORLD_SIZE')} is not tensor x data parallel = {ranks}")
+        elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise RuntimeError("an LLM built inside a torchrun job without distributed_executor_backend='external_launcher' hangs on the job's process group")
         self.kwargs = {"model": model, **kwargs}
         self.folder = Folder.read(model)
         self.dtype = DTYPES[dtype] or torch.bfloat16

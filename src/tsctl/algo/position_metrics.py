@@ -20,6 +20,8 @@ from typing import Mapping, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from tsctl.distributed.world import all_gather_objects, all_reduce, current
+
 SOURCE_NAMES: tuple[str, ...] = ("plain", "prefix", "suffix")
 """Name of each ``source`` code, indexed by the code."""
 
@@ -167,6 +169,25 @@ class MetricSums:
             hi = other._maxs[name]
             self._mins[name] = torch.minimum(self._mins[name], lo) if name in self._mins else lo
             self._maxs[name] = torch.maximum(self._maxs[name], hi) if name in self._maxs else hi
+
+    def all_reduce(self) -> "MetricSums":
+        """These sums, counts and extrema over every rank of a ``torchrun`` job (``self`` in one process).
+
+        Every rank must call it. A metric some rank lacks counts as zero there (no extremum).
+        """
+        if not current().distributed:
+            return self
+        names = sorted(set().union(*all_gather_objects(sorted(self._sums))))
+        extrema = sorted(set().union(*all_gather_objects(sorted(self._mins))))
+        sums = all_reduce(torch.tensor([float(self._sums.get(n, 0.0)) for n in names], dtype=torch.float64))
+        counts = all_reduce(torch.tensor([float(self._counts.get(n, 0)) for n in names], dtype=torch.float64))
+        inf = float("inf")
+        lows = all_reduce(torch.tensor([float(self._mins[n]) if n in self._mins else inf for n in extrema], dtype=torch.float64), "min")
+        highs = all_reduce(torch.tensor([float(self._maxs[n]) if n in self._maxs else -inf for n in extrema], dtype=torch.float64), "max")
+        out = MetricSums()
+        out._sums, out._counts = dict(zip(names, sums)), dict(zip(names, counts))
+        out._mins, out._maxs = dict(zip(extrema, lows)), dict(zip(extrema, highs))
+        return out
 
     def means(self) -> dict[str, float]:
         """``{name: sum / count}`` for every metric with a non-zero count, plus ``name/min`` and

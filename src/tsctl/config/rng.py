@@ -38,3 +38,11 @@ class Stream(IntEnum):
 def step_seed(seed: int, step: int, purpose: int) -> int:
     """A 63-bit seed for one purpose (a :class:`Stream`, or ``RESAMPLE + r`` / ``ARM + a``) of one step."""
     return int(np.random.default_rng([seed, step, int(purpose)]).integers(2**63 - 1))
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed rank ``rank`` of a ``torchrun`` job samples with in place of ``seed``: rank 0 keeps it, every other
+    rank draws another 63-bit seed from ``(seed, rank)``, so no two ranks sample their prompts with the same stream."""
+    if rank == 0:
+        return seed
+    return int(np.random.default_rng([seed, rank]).integers(2**63 - 1))

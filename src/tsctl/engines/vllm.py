@@ -46,6 +46,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from tsctl.config.rng import rank_seed
+from tsctl.distributed.world import current
 from tsctl.engines import vllm_weights
 from tsctl.engines.base import Completion, Request, SamplingParams
 
@@ -154,11 +156,12 @@ class VLLMEngine:
         self.sleep_mode = enable_sleep_mode
         self.bucket_bytes = bucket_bytes
         self.state = AWAKE
+        seed = rank_seed(seed, current().rank)  # under torchrun: one engine per rank, each with its own stream
         self.llm = vllm.LLM(
             model=model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
             enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-            worker_extension_cls=WORKER_EXTENSION,
+            worker_extension_cls=WORKER_EXTENSION, **_under_torchrun(tensor_parallel_size),
         )
 
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
@@ -210,3 +213,22 @@ class VLLMEngine:
         if self.state == WEIGHTS_ONLY:
             self.llm.wake_up(tags=["kv_cache"])
             self.state = AWAKE
+
+
+def _under_torchrun(tensor_parallel_size: int) -> dict[str, Any]:
+    """vLLM's settings for one engine per rank of a ``torchrun`` job (none outside one): the ranks' own process
+    group (``distributed_executor_backend="external_launcher"``, each rank its own TP-1 replica,
+    ``data_parallel_size`` = the ranks), as vLLM's ``torchrun_dp_example`` does.
+
+    Raises:
+        ValueError: ``tensor_parallel_size > 1`` under ``torchrun`` (not supported: each rank samples other prompts).
+    """
+    world = current()
+    if not world.distributed:
+        return {}
+    if tensor_parallel_size != 1:
+        raise ValueError(
+            f"engine.tensor_parallel_size={tensor_parallel_size} under torchrun: each rank runs its own vLLM engine "
+            "with tensor_parallel_size=1; use a model that fits one GPU per rank, or train in one process with TP > 1"
+        )
+    return {"distributed_executor_backend": "external_launcher", "data_parallel_size": world.size}

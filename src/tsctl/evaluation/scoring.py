@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from tsctl.algo.passk import mean_pass_at_k
-from tsctl.config.rng import Stream, step_seed
+from tsctl.config.rng import Stream, rank_seed, step_seed
 from tsctl.config.schema import TsctlConfig
+from tsctl.distributed.world import World, all_reduce, current
 from tsctl.engines.base import Completion, Engine, Request, SamplingParams
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem, Task
@@ -102,18 +104,38 @@ def solve_rates(sampled: Scored, greedy_scored: Scored, pass_k: Sequence[int]) -
 
 def heldout_metrics(engine: Engine, formatter: PromptFormatter, task: Task, cfg: TsctlConfig, step: int) -> dict[str, float]:
     """Held-out evaluation inside training: ``eval/greedy_accuracy`` on ``trainer.eval_problems`` problems and
-    ``eval/pass@1`` (share of solved samples, ``trainer.eval_samples`` per problem) on ``trainer.eval_samples_problems``."""
+    ``eval/pass@1`` (share of solved samples, ``trainer.eval_samples`` per problem) on ``trainer.eval_samples_problems``.
+
+    Under ``torchrun`` every rank scores its block of each problem list (sampling with its own stream,
+    :func:`~tsctl.config.rng.rank_seed`) and the solved counts are summed over the ranks.
+    """
     start = time.perf_counter()
     heldout = list(task.problems("heldout"))
     tr, e = cfg.trainer, cfg.engine
-    accuracy = greedy_accuracy(engine, formatter, task, heldout[: tr.eval_problems], e.max_new_tokens)
-    params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=step_seed(cfg.seed, step, Stream.HELDOUT))
-    sampled = sample_and_score(engine, formatter, task, heldout[: tr.eval_samples_problems], params, n=tr.eval_samples)
+    world = current()
+    seed = rank_seed(step_seed(cfg.seed, step, Stream.HELDOUT), world.rank)
+    params = SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=seed)
+    if not world.distributed:
+        accuracy = greedy_accuracy(engine, formatter, task, heldout[: tr.eval_problems], e.max_new_tokens)
+        pass_1 = float(sample_and_score(engine, formatter, task, heldout[: tr.eval_samples_problems], params, n=tr.eval_samples).solved.mean())
+    else:
+        greedy_part = _block(heldout[: tr.eval_problems], world)
+        sampled_part = _block(heldout[: tr.eval_samples_problems], world)
+        solved = greedy(engine, formatter, task, greedy_part, e.max_new_tokens).solved if greedy_part else np.zeros((0, 1), bool)
+        drawn = sample_and_score(engine, formatter, task, sampled_part, params, n=tr.eval_samples).solved if sampled_part else np.zeros((0, 1), bool)
+        counts = all_reduce(torch.tensor([solved.sum(), solved.size, drawn.sum(), drawn.size], dtype=torch.float64))
+        accuracy, pass_1 = float(counts[0] / counts[1]) if counts[1] else 0.0, float(counts[2] / counts[3])
     return {
         "eval/greedy_accuracy": accuracy,
-        "eval/pass@1": float(sampled.solved.mean()),
+        "eval/pass@1": pass_1,
         "eval/seconds": time.perf_counter() - start,
     }
+
+
+def _block(problems: Sequence[Problem], world: World) -> list[Problem]:
+    """This rank's contiguous block of ``problems``."""
+    block = world.block(len(problems))
+    return list(problems[block.start : block.stop])
 
 
 def final_eval(engine: Engine, formatter: PromptFormatter, task: Task, cfg: TsctlConfig, step: int) -> dict[str, Any]:

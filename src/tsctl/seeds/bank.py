@@ -26,8 +26,9 @@ import torch
 from rich.markup import escape
 from transformers import PreTrainedModel
 
-from tsctl.config.rng import Stream, step_seed
+from tsctl.config.rng import Stream, rank_seed, step_seed
 from tsctl.config.schema import TsctlConfig
+from tsctl.distributed.world import all_gather_objects, barrier, current
 from tsctl.engines.base import Engine
 from tsctl.io.checkpoints import checkpoint_path, list_checkpoints, rng_state, set_rng_state
 from tsctl.io.progress import console
@@ -123,14 +124,33 @@ class SeedBank:
             self._write(first, last, model, engine)
 
     def _write(self, first: int, last: int, model: PreTrainedModel, engine: Engine) -> None:
-        """Generate and write the shard of window ``first..last-1`` with the weights ``model`` and ``engine`` hold now."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        """Generate and write the shard of window ``first..last-1`` with the weights ``model`` and ``engine`` hold now.
+
+        Under ``torchrun`` every rank calls it: with the default behaviour source (the live weights,
+        ``seeds.selector=latest``) each rank writes the seeds of its block of the window's prompts with
+        its own stream (:func:`~tsctl.config.rng.rank_seed`); otherwise (a pool, another model, traces)
+        rank 0 writes them all. Rank 0 writes the shard, and every rank returns once it is on disk.
+        """
+        world = current()
         bs = self.cfg.trainer.batch_size
         indices = [i for s in range(first, last) for i in step_prompts(self.cfg.seed, s, bs, len(self.problems))]
         serve_steps = [s for s in range(first, last) for _ in range(bs)]
         sample_seed = step_seed(self.cfg.seed, first, Stream.SEED_SAMPLING)
-        columns = self.writer.columns(first, [self.problems[i] for i in indices], serve_steps, self.k, sample_seed, model, engine)
-        write_shard(self.path(first), "seed", columns, {"first_step": str(first), "last_step": str(last)}, overwrite=True)
+        columns = None
+        if self.writer.splits:
+            block = world.block(len(indices))
+            mine = self.writer.columns(
+                first, [self.problems[i] for i in indices[block.start : block.stop]], serve_steps[block.start : block.stop],
+                self.k, rank_seed(sample_seed, world.rank), model, engine,
+            )
+            parts = all_gather_objects(mine)
+            columns = {name: [row for part in parts for row in part[name]] for name in mine}
+        elif world.main:
+            columns = self.writer.columns(first, [self.problems[i] for i in indices], serve_steps, self.k, sample_seed, model, engine)
+        if world.main:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_shard(self.path(first), "seed", columns, {"first_step": str(first), "last_step": str(last)}, overwrite=True)
+        barrier()
 
     def _lost(self, path: Path, first: int, last: int) -> str:
         """The error when window ``first``'s shard is unusable and checkpoint ``step-<first>`` is gone: what to do."""

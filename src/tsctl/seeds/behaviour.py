@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
+from tsctl.distributed.world import current
 from tsctl.engines.base import Engine
 from tsctl.engines.factory import build_engine
 from tsctl.models.loading import load_model
@@ -53,10 +54,12 @@ class WindowWriter:
         self.log = ArmLog(folder / "pool" / "arms.jsonl") if self.pool is not None and s.selector == "bandit" else None
         self.probes = probe_problems(problems, s.probe_prompts, cfg.seed) if self.pool is not None and s.selector == "max_entropy" else None
         self.external = external_source(cfg, formatter, task)
+        self.splits = self.external is None and self.pool is None
+        """Whether a window's prompts may be split among ranks (the live weights write every seed)."""
 
     def resume(self, step: int) -> None:
         """The run (re)starts at ``step``: forget the bandit rewards of later steps, which are redone."""
-        if self.log is not None:
+        if self.log is not None and current().main:
             self.log.truncate(step)
 
     def columns(
@@ -84,7 +87,7 @@ class WindowWriter:
 
     def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
         """Step ``step``'s (0-based) attribution metrics; the bandit also records what each arm earned."""
-        if self.log is not None:
+        if self.log is not None and current().main:  # under torchrun every rank observes the gathered samples
             self.log.append(step + 1, arm_rewards(samples, advantages, step, self.cfg.refresh))
         return attribution_metrics(samples, advantages, step, self.cfg.refresh)
 

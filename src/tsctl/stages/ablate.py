@@ -20,8 +20,10 @@ manifest and the others go on; the summary lists it.
 Launchers (Hydra plugins; choose with ``hydra/launcher=...``):
 
 - sequential (Hydra's ``basic`` launcher): the default, one point after another in this process;
-- ``hydra/launcher=joblib hydra.launcher.n_jobs=2``: points in parallel processes on one machine
-  (mind cores and memory: each point loads its own model);
+- ``hydra/launcher=joblib hydra.launcher.n_jobs=2``: points in parallel processes on one machine, each
+  pinned to its own GPU and to its share of the cores among the points running
+  (``TSCTL_THREADS_PER_JOB`` to fix it; :mod:`tsctl.distributed.job_pinning`); mind memory: each
+  point loads its own model;
 - ``hydra/launcher=submitit_slurm`` (``pip install hydra-submitit-launcher``): one Slurm job per point,
   e.g. ``hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=240``;
   ``runs_dir`` must be on a file system the nodes share. The summary is written when all jobs end;
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import sys
 import traceback
@@ -53,6 +56,7 @@ from tsctl.config.store import conf_dir, register_schema
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError
 from tsctl.stages.compose import check, compose_config
+from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job, release_job
 from tsctl.stages.report.points import FINAL_EVAL
 
 LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
@@ -169,6 +173,7 @@ def launch(sweep: Sweep) -> None:
     """Run every point through Hydra multirun with the chosen launcher."""
     register_schema()
     sweep.path.mkdir(parents=True, exist_ok=True)
+    os.environ[POINTS_ENV] = str(len(sweep.points))  # parallel workers inherit it (distributed.job_pinning)
     with _argv(hydra_argv(sweep)):
         hydra_point()
 
@@ -191,11 +196,25 @@ def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
     return sweep.path, failed
 
 
-@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
-def hydra_point(node: DictConfig) -> None:
-    """Hydra's task function: one point, in the folder Hydra chose for it."""
+def point_task(node: DictConfig) -> None:
+    """Hydra's task function: one point, in the folder Hydra chose for it (a module-level function, so the
+    joblib launcher sends it to its workers by name, not by value)."""
     hydra_cfg = HydraConfig.get()
-    run_point(node, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
+    folder = Path(hydra_cfg.runtime.output_dir)
+    points = int(os.environ.get(POINTS_ENV, "1"))
+    finished = sum(1 for point in folder.parent.iterdir() if (point / FINAL_EVAL).is_file())
+    pinning = pin_job(folder.parent, folder.name, parallel_jobs(hydra_cfg.launcher, points), unfinished=points - finished)
+    if pinning is not None:
+        gpu = f", GPU {pinning.gpu}" + (" (shared: more parallel points than GPUs)" if pinning.shares else "") if pinning.gpu else ""
+        console.print(f"point {folder.name}: {pinning.threads} CPU thread(s) to start with{gpu}", highlight=False)
+    try:
+        run_point(node, folder, list(hydra_cfg.overrides.task))
+    finally:
+        release_job()
+
+
+hydra_point = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(point_task)
+"""The multirun entry point :func:`launch` calls (it parses ``sys.argv``)."""
 
 
 def point_config(node: DictConfig, folder: Path) -> Composed:

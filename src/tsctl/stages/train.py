@@ -37,6 +37,12 @@ What one step does, top to bottom:
 Kept from DAPO: clip-higher, token-mean loss, dynamic sampling and overlong shaping (both off by
 default), no KL term by default. Dropped: value model, reward model (rewards are rule-based).
 
+Beyond one GPU: under ``torchrun --nproc_per_node=N`` the same loop runs on every rank, the policy
+sharded with FSDP2; each rank samples its block of the step's groups, the global batch is gathered,
+and the update equals one process's on that batch (:mod:`tsctl.trainer.parallel`); rank 0 writes
+the run's files, checkpoints are torch.distributed.checkpoint shards plus the HF export
+(:mod:`tsctl.io.sharded_checkpoints`). Without ``torchrun`` nothing of this exists.
+
 Where each part lives: :func:`train` sets the run up (model, engine, data, optimiser, seed bank,
 run folder) and runs the step loop with held-out evaluation and checkpoints; :func:`train_step` is
 one step, steps 1-6 above, over the run's :class:`~tsctl.trainer.context.StepContext`.
@@ -46,20 +52,22 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
+from tsctl.distributed import world as ranks
+from tsctl.distributed.job_pinning import rebalance_threads
 from tsctl.engines.factory import build_engine
 from tsctl.evaluation.scoring import heldout_metrics
 from tsctl.io import faults
-from tsctl.io.checkpoints import latest_checkpoint, load_state, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
+from tsctl.io.checkpoints import latest_checkpoint
 from tsctl.io.progress import console, make_progress
 from tsctl.models.batch import pack
+from tsctl.models.loading import resolve_device
 from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
@@ -67,9 +75,11 @@ from tsctl.seeds.base import uses_seeds
 from tsctl.seeds.unknown_logprobs import ratio_denominators
 from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.registry import build_task
+from tsctl.trainer.checkpointing import checkpoint, resume
 from tsctl.trainer.context import StepContext
 from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
 from tsctl.trainer.optim import load_trainable, make_optimizer
+from tsctl.trainer.parallel import DataParallel, Parallel
 from tsctl.trainer.pi_old import step_pi_old
 from tsctl.trainer.reference import load_reference, reference_logprobs
 from tsctl.trainer.rewards import sample_advantages
@@ -82,27 +92,41 @@ if TYPE_CHECKING:
     from tsctl.config.compose import Composed
     from tsctl.io.runs import RunDir
 
+T = TypeVar("T")
+
 
 def train(composed: Composed) -> RunDir:
     """Run (or resume) the RL loop described in the module docstring; returns the run folder.
 
     The model, data and engine are loaded before the run folder is created (a failed start leaves
     none); the folder is then held locked until the run ends (see :func:`tsctl.io.runs.open_run`).
+    Under ``torchrun`` every rank runs this; rank 0 alone creates, locks and writes the run folder.
     """
+    require_fp32_master(composed.cfg.model.dtype)
+    world = ranks.start(cuda=resolve_device(composed.cfg.model.device).type == "cuda")
+    quiet = console.quiet
+    console.quiet = quiet or not world.main
+    try:
+        return _train(composed, world)
+    finally:
+        console.quiet = quiet
+        ranks.stop()
+
+
+def _train(composed: Composed, world: ranks.World) -> RunDir:
     # Run folders and metric sinks need OmegaConf; train_step and the rest of this module do not
     # (bench/gpu_check.py drives train_step on images without Hydra or OmegaConf).
     from tsctl.io.runs import locate_run, open_run
     from tsctl.io.sinks import MetricsSink
 
     cfg, tr = composed.cfg, composed.cfg.trainer
-    require_fp32_master(cfg.model.dtype)
     located = locate_run(cfg, composed.node, "train")
     resume_from = latest_checkpoint(located.checkpoints)
-    base = base_model_path(cfg)
-    ctx, tokenizer = setup(cfg, str(resume_from[1] if resume_from else base), base, located)
+    base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
+    ctx, tokenizer = setup(cfg, str(resume_from[1] if resume_from else base), base, located, world)
     if ctx.seeds is not None and resume_from:
         ctx.seeds.check_resume(resume_from[0])
-    run = open_run(cfg, composed.node, "train")
+    run = _rank_0_first(lambda: open_run(cfg, composed.node, "train") if world.main else located)
     if ctx.seeds is not None and cfg.algo.dynamic_sampling:
         console.print(
             "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
@@ -113,22 +137,23 @@ def train(composed: Composed) -> RunDir:
     if resume_from:
         start = resume_from[0]
         resume(ctx, resume_from[1])
-        run.truncate_metrics(start)
     else:
         torch.manual_seed(cfg.seed)
-        run.truncate_metrics(-1)
-    run.set_status("running", started_step=start)
+    if world.main:
+        run.truncate_metrics(start if resume_from else -1)
+        run.set_status("running", started_step=start, **({"world_size": world.size} if world.distributed else {}))
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
-    sink = MetricsSink(run, cfg.logger, composed.node)
+    sink = MetricsSink(run, cfg.logger, composed.node) if world.main else None
     try:
         if start == 0 and tr.eval_every:
-            sink.log({"step": 0, **heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, 0)})
+            _log(sink, {"step": 0, **heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, 0)})
         with make_progress() as progress:
             bar = progress.add_task("train", total=tr.steps, completed=start, status="")
             for step in range(start, tr.steps):
+                rebalance_threads()  # a point of a parallel sweep: its share of the cores now (else nothing)
                 t_seeds = time.perf_counter()
                 if ctx.seeds is not None:
-                    ctx.seeds.prepare(step, ctx.model, ctx.engine)
+                    ctx.seeds.prepare(step, ctx.parallel.inference, ctx.engine)
                 seeds_time = time.perf_counter() - t_seeds
                 ctx.guard.begin_step(step + 1)
                 record = train_step(step, ctx)
@@ -138,55 +163,66 @@ def train(composed: Composed) -> RunDir:
                 done = step + 1
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
                     record.update(heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, done))
-                sink.log(record)
-                faults.hit("step-logged")
+                if _log(sink, record):
+                    faults.hit("step-logged")
                 # A window's first step is checkpointed too: its seeds can be written again from it.
                 if done % tr.save_every == 0 or done == tr.steps or (ctx.seeds is not None and ctx.seeds.opens_window(done)):
                     checkpoint(ctx, tokenizer, run.checkpoints, done)
                 progress.update(bar, advance=1, status=_status(record))
     except BaseException as err:
         details = err.manifest_fields() if isinstance(err, NonFiniteError) else {}
-        with contextlib.suppress(OSError):  # a full disk may refuse the manifest too
-            run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
+        if world.main:
+            with contextlib.suppress(OSError):  # a full disk may refuse the manifest too
+                run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
         run.close()
         raise
     finally:
-        sink.close()
-    run.set_status("completed", finished_step=tr.steps)
+        if sink is not None:
+            sink.close()
+    if world.main:
+        run.set_status("completed", finished_step=tr.steps)
     run.close()
     return run
 
 
-def setup(cfg: TsctlConfig, path: str, base: str, located: RunDir) -> tuple[StepContext, PreTrainedTokenizerBase]:
+def _rank_0_first(action: Callable[[], T]) -> T:
+    """``action()`` on rank 0, then on the other ranks (one process: just ``action()``)."""
+    if ranks.current().main:
+        out = action()
+        ranks.barrier()
+        return out
+    ranks.barrier()
+    return action()
+
+
+def _log(sink: object, record: dict) -> bool:
+    """Log ``record`` where this rank has a sink (rank 0); whether it did."""
+    if sink is None:
+        return False
+    sink.log(record)
+    return True
+
+
+def setup(
+    cfg: TsctlConfig, path: str, base: str, located: RunDir, world: ranks.World = ranks.SINGLE
+) -> tuple[StepContext, PreTrainedTokenizerBase]:
     """The run's step context and tokenizer: the policy from ``path`` (the base model ``base`` or a
-    checkpoint to resume), its engine, the task's train split, the optimiser, the KL reference (from
-    ``base``) and, in a Thinking Seeds run, the seed bank of the run folder ``located``."""
+    checkpoint to resume; sharded over ``world`` under ``torchrun``), its engine, the task's train
+    split, the optimiser, the KL reference (from ``base``) and, in a Thinking Seeds run, the seed
+    bank of the run folder ``located``."""
     model, tokenizer = load_trainable(cfg, path)
+    dtype = compute_dtype(cfg, model)
+    parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     task = build_task(cfg.task)
     problems = list(task.problems("train"))
-    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
+    engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype)
     optimizer, scheduler = make_optimizer(cfg, model)
     ref_model = load_reference(cfg, base)
     seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None
     guard = NonFiniteGuard(cfg.trainer.nonfinite, cfg.trainer.max_nonfinite_skips)
-    return StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard), tokenizer
-
-
-def resume(ctx: StepContext, path: Path) -> None:
-    """Restore the optimiser, scheduler, RNG states and non-finite skips saved with checkpoint ``path``."""
-    state = load_state(path)
-    ctx.optimizer.load_state_dict(state["optimizer"])
-    ctx.scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
-    ctx.guard.skips = state.get("nonfinite_skips", 0)
-
-
-def checkpoint(ctx: StepContext, tokenizer: PreTrainedTokenizerBase, folder: Path, done: int) -> None:
-    """Save checkpoint ``step-<done>`` with the state a resume needs, then prune older ones (sparing open seed windows')."""
-    state = {"optimizer": ctx.optimizer.state_dict(), "scheduler": ctx.scheduler.state_dict(), "rng": rng_state(), "nonfinite_skips": ctx.guard.skips}
-    save_checkpoint(folder, done, ctx.model, tokenizer, state)
-    prune_checkpoints(folder, ctx.cfg.trainer.keep_checkpoints, protect=ctx.seeds.keep(done) if ctx.seeds is not None else set())
+    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard, parallel=parallel)
+    return ctx, tokenizer
 
 
 def _status(record: dict) -> str:
@@ -201,8 +237,10 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
 
     ``step`` counts from 0 (the record's ``step`` from 1). With ``ctx.rollouts_dir`` the step's samples
     are also written there; a non-finite loss, gradient or parameter raises :class:`NonFiniteError`.
+    Under ``torchrun`` every rank returns the same record (of the global batch).
     """
-    cfg, model, engine = ctx.cfg, ctx.model, ctx.engine
+    cfg, model, engine, parallel = ctx.cfg, ctx.model, ctx.engine, ctx.parallel
+    sampler = parallel.inference  # the model itself, or this rank's full copy of the sharded one
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     samples = sample_groups(step, ctx)
@@ -210,23 +248,25 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
 
     advantages = sample_advantages(samples, cfg)
     attribution = ctx.seeds.observe(step, samples, advantages) if ctx.seeds is not None else {}
-    batch = pack(samples, advantages, ctx.formatter.pad_id, model_device(model))
-    if ctx.rollouts_dir is not None:
+    batch = pack(samples, advantages, ctx.formatter.pad_id, model_device(sampler))
+    if ctx.rollouts_dir is not None and parallel.world.main:
         write_step_rollouts(ctx.rollouts_dir, step, samples, advantages)
 
     engine.sleep()  # rollouts are done: an engine with its own GPU memory frees it for the update
     t1 = time.perf_counter()
-    old = step_pi_old(cfg, engine, model, samples, batch)
-    ref = reference_logprobs(ctx.ref_model, batch, cfg) if ctx.ref_model is not None else None
+    old = step_pi_old(cfg, engine, sampler, samples, batch, parallel.map_rows)
+    ref = parallel.map_rows(lambda rows: (reference_logprobs(ctx.ref_model, rows, cfg),), batch)[0] if ctx.ref_model is not None else None
     timings["time/old_logprobs"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
-    denominators = ratio_denominators(old.logprobs, batch, cfg, model, old.from_engine)
+    denominators = ratio_denominators(old.logprobs, batch, cfg, sampler, old.from_engine)
     shuffle = torch.Generator().manual_seed(step_seed(cfg.seed, step, Stream.SHUFFLE))
-    update = policy_update(model, ctx.optimizer, ctx.scheduler, batch, denominators, cfg, shuffle, ref, ctx.guard)
+    update = policy_update(model, ctx.optimizer, ctx.scheduler, batch, denominators, cfg, shuffle, ref, ctx.guard, parallel)
     timings["time/update"] = time.perf_counter() - t2
-    engine.load_weights(model.state_dict())
+    t3 = time.perf_counter()
+    parallel.sync_engine(engine)
     engine.wake_up()
+    timings["time/weight_sync"] = time.perf_counter() - t3
     timings["time/step"] = time.perf_counter() - t0
     generated = sum(len(s.generated_ids) for s in samples)
     trained = int(batch.attention_mask.sum()) * cfg.trainer.epochs

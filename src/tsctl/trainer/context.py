@@ -15,6 +15,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
 from tsctl.tasks.base import Problem, Task
 from tsctl.trainer.nonfinite import NonFiniteGuard
+from tsctl.trainer.parallel import Parallel
 
 
 @dataclass
@@ -35,6 +36,8 @@ class StepContext:
         guard: the run's non-finite guard (its skip count persists across steps); None: a fresh one per
             step, per ``trainer.nonfinite``.
         rollouts_dir: where each step's samples are written (``trainer.save_rollouts``), else None.
+        parallel: how the step spreads over the ranks of a ``torchrun`` job; None: one process
+            (:class:`~tsctl.trainer.parallel.Parallel` over ``model``).
     """
 
     cfg: TsctlConfig
@@ -49,3 +52,8 @@ class StepContext:
     ref_model: PreTrainedModel | None = None
     guard: NonFiniteGuard | None = None
     rollouts_dir: Path | None = None
+    parallel: Parallel | None = None
+
+    def __post_init__(self) -> None:
+        if self.parallel is None:
+            self.parallel = Parallel(self.model)

@@ -9,6 +9,9 @@ Two checks per mini-batch, each one fused reduction and one host sync:
 
 Only once a check fails is each tensor looked at, to name the first bad one.
 
+Under ``torchrun`` the loss checked is the sum over the ranks and both norms are global (DTensor
+norms), so every rank takes the same decision; naming the bad tensor looks at this rank's shards.
+
 ``trainer.nonfinite=stop`` (default) raises :class:`NonFiniteError` at the first bad mini-batch, so
 the loop saves no checkpoint with these weights and the run's last good checkpoint stays.
 ``trainer.nonfinite=skip`` drops a mini-batch whose loss or gradient is non-finite (no optimiser
@@ -23,6 +26,8 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
+
+from tsctl.distributed.fsdp import full_tensor, local_tensor
 
 
 class NonFiniteError(RuntimeError):
@@ -93,7 +98,7 @@ class NonFiniteGuard:
     def check_parameters(self, model: torch.nn.Module, mini_batch: int) -> None:
         """Raise :class:`NonFiniteError` when any parameter is non-finite after the optimiser step."""
         params = [p.detach() for p in model.parameters()]
-        if bool(torch.isfinite(torch.nn.utils.get_total_norm(params, norm_type=float("inf")))):
+        if bool(torch.isfinite(full_tensor(torch.nn.utils.get_total_norm(params, norm_type=float("inf"))))):
             return
         tensor = _first_nonfinite((name, p.detach()) for name, p in model.named_parameters())
         raise NonFiniteError(
@@ -107,6 +112,6 @@ class NonFiniteGuard:
 def _first_nonfinite(tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
     """Name of the first tensor with a NaN or Inf (only called once a fused check has failed)."""
     for name, tensor in tensors:
-        if not bool(torch.isfinite(tensor).all()):
+        if not bool(torch.isfinite(local_tensor(tensor)).all()):  # under FSDP: this rank's shard
             return name
     return "unknown"

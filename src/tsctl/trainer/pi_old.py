@@ -23,7 +23,7 @@ distribution than the one the update assumes (different weights, a nucleus, a nu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel
@@ -53,12 +53,22 @@ class PiOld:
     gap: dict[str, float] = field(default_factory=dict)
 
 
-def step_pi_old(cfg: TsctlConfig, engine: Engine, model: PreTrainedModel, samples: Sequence[Sample], batch: RolloutBatch) -> PiOld:
-    """pi_old of ``batch`` (packed from ``samples``) from the source ``trainer.old_logprobs`` picks."""
+def step_pi_old(
+    cfg: TsctlConfig, engine: Engine, model: PreTrainedModel, samples: Sequence[Sample], batch: RolloutBatch,
+    map_rows: Callable[..., tuple[torch.Tensor | None, ...]] | None = None,
+) -> PiOld:
+    """pi_old of ``batch`` (packed from ``samples``) from the source ``trainer.old_logprobs`` picks.
+
+    ``map_rows`` spreads a recompute over the ranks (:meth:`tsctl.trainer.parallel.Parallel.map_rows`); None: one process.
+    """
     if uses_engine_logprobs(cfg, engine, model):
         return PiOld(*engine_stats(samples, batch), from_engine=True)
-    logprobs, entropy = recompute_for(cfg, model, batch)
+    logprobs, entropy = (map_rows or _whole)(lambda rows: recompute_for(cfg, model, rows), batch)
     return PiOld(logprobs, entropy, from_engine=False, gap=logprob_gap(engine_logprobs(samples, batch), logprobs, batch))
+
+
+def _whole(fn: Callable[[RolloutBatch], tuple], batch: RolloutBatch) -> tuple:
+    return fn(batch)
 
 
 def engine_stats(samples: Sequence[Sample], batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
@@ -66,10 +66,12 @@ def collect_groups(
     return samples
 
 
-def step_params(cfg: TsctlConfig, step: int, stream: int = Stream.SAMPLING) -> SamplingParams:
-    """The rollout's sampling settings (``engine.*``) with the seed of ``stream`` at ``step``."""
+def step_params(cfg: TsctlConfig, step: int, stream: int = Stream.SAMPLING, seed: Callable[[int], int] | None = None) -> SamplingParams:
+    """The rollout's sampling settings (``engine.*``) with the seed of ``stream`` at ``step`` (passed through
+    ``seed``, e.g. a rank's :meth:`~tsctl.trainer.parallel.Parallel.sampling_seed`, when given)."""
     e = cfg.engine
-    return SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=step_seed(cfg.seed, step, stream))
+    value = step_seed(cfg.seed, step, stream)
+    return SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=seed(value) if seed else value)
 
 
 def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
@@ -81,27 +83,37 @@ def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
     ``algo.max_resample_rounds`` rounds; refill round ``r`` numbers its groups from
     ``batch_size * (r + 1)``. The first ``batch_size`` informative groups are kept (the whole first
     draw when none is).
+
+    Under ``torchrun`` each rank samples its block of the prompts (group numbers stay those of the
+    whole step) with its own stream, refills its own block (from its own stream of extra prompts,
+    numbering refill groups from ``batch_size * (r + 1)`` plus the block's start), and the ranks'
+    samples are gathered in rank order (:meth:`~tsctl.trainer.parallel.Parallel.gather_samples`).
     """
-    cfg, seeds = ctx.cfg, ctx.seeds
+    cfg, seeds, parallel = ctx.cfg, ctx.seeds, ctx.parallel
     tr = cfg.trainer
     indices = step_prompts(cfg.seed, step, tr.batch_size, len(ctx.problems))
     group_seeds = seeds.for_step(step, indices) if seeds is not None else None
-    samples = collect_groups([ctx.problems[i] for i in indices], group_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, step_params(cfg, step))
+    block = parallel.world.block(tr.batch_size)
+    indices = indices[block.start : block.stop]
+    group_seeds = group_seeds[block.start : block.stop] if group_seeds is not None else None
+    params = step_params(cfg, step, seed=parallel.sampling_seed)
+    samples = collect_groups([ctx.problems[i] for i in indices], group_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=block.start)
     if not cfg.algo.dynamic_sampling:
-        return samples
+        return parallel.gather_samples(samples)
     kept = _informative(samples)
     for round_ in range(cfg.algo.max_resample_rounds):
-        missing = tr.batch_size - len({s.group for s in kept})
+        missing = len(block) - len({s.group for s in kept})
         if missing <= 0:
             break
-        extra = extra_prompts(cfg.seed, step, round_, missing, len(ctx.problems))
+        extra = extra_prompts(parallel.sampling_seed(cfg.seed), step, round_, missing, len(ctx.problems))
         extra_seeds = seeds.for_extra(step, extra) if seeds is not None else None
-        params = step_params(cfg, step, Stream.RESAMPLE + round_)
-        refill = collect_groups([ctx.problems[i] for i in extra], extra_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=tr.batch_size * (round_ + 1))
+        params = step_params(cfg, step, Stream.RESAMPLE + round_, seed=parallel.sampling_seed)
+        first = tr.batch_size * (round_ + 1) + block.start
+        refill = collect_groups([ctx.problems[i] for i in extra], extra_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=first)
         kept += _informative(refill)
-    groups = set(sorted({s.group for s in kept})[: tr.batch_size])
+    groups = set(sorted({s.group for s in kept})[: len(block)])
     chosen = [s for s in kept if s.group in groups]
-    return chosen if chosen else samples
+    return parallel.gather_samples(chosen if chosen else samples)
 
 
 def _informative(samples: list[Sample]) -> list[Sample]:

@@ -21,9 +21,16 @@ each token's KL weighs as much as its policy term. Each mini-batch passes the no
 
 Forwards run under autocast to ``model.compute_dtype`` (bf16 on CUDA by default) while the
 parameters, their gradients and AdamW's state stay float32 (:mod:`tsctl.models.precision`).
+
+Under ``torchrun`` (``parallel``, :mod:`tsctl.trainer.parallel`) every rank holds the whole batch and
+shuffles it as one process does; it trains on its block of each mini-batch, dividing by the whole
+mini-batch's normalisers, and FSDP2 sums the ranks' gradients; the loss the guard checks is the sum
+over the ranks, the gradient norm the global one, and the metric sums are all-reduced at the end.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 from transformers import PreTrainedModel
@@ -31,6 +38,8 @@ from transformers import PreTrainedModel
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.schema import TsctlConfig
+from tsctl.distributed.fsdp import full_tensor
+from tsctl.distributed.world import all_reduce
 from tsctl.models.batch import RolloutBatch
 from tsctl.models.logprobs import forward_tokens, response_logprobs
 from tsctl.models.micro_batches import micro_batches
@@ -39,6 +48,7 @@ from tsctl.models.samples import PREFIX
 from tsctl.seeds.base import uses_seeds
 from tsctl.seeds.unknown_logprobs import unknown_pi_b
 from tsctl.trainer.nonfinite import NonFiniteGuard
+from tsctl.trainer.parallel import Parallel
 
 
 def loss_mask(batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
@@ -63,6 +73,7 @@ def policy_update(
     generator: torch.Generator,
     ref_logprobs: torch.Tensor | None = None,
     guard: NonFiniteGuard | None = None,
+    parallel: Parallel | None = None,
 ) -> MetricSums:
     """Run ``epochs x mini_batches`` optimiser steps on ``batch``; return the update's metrics.
 
@@ -72,10 +83,13 @@ def policy_update(
         generator: shuffles the rows (part of the resumable RNG state).
         ref_logprobs: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
         guard: the run's non-finite guard (a fresh one per ``trainer.nonfinite`` when None).
+        parallel: the ranks' split of the work (None: one process).
     """
     tr, al = cfg.trainer, cfg.algo
     loss_fn = get_policy_loss(al.loss)
     guard = guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
+    parallel = parallel or Parallel(model)
+    temperature = cfg.engine.temperature or 1.0
     prefix_clip_c = al.prefix_clip_c if uses_seeds(cfg) else None
     tokens = loss_mask(batch, cfg)
     metrics = MetricSums()
@@ -90,49 +104,65 @@ def policy_update(
             token_norm, seq_norm = loss_norms(tokens[rows.to(device)])
             optimizer.zero_grad(set_to_none=True)
             pending, loss_sum = MetricSums(), torch.zeros((), device=device)
-            for idx in micro_batches(rows, lengths, tr.micro_batch_size, tr.micro_batch_tokens):
-                idx = idx.to(device)
-                sub = batch.rows(idx)
-                T = sub.resp_mask.shape[1]
-                mask, old = tokens[idx][:, :T], old_logprobs[idx][:, :T]
-                with autocast(device, compute):
-                    logprobs, entropy = response_logprobs(
-                        model, sub, cfg.engine.temperature or 1.0, with_entropy=al.entropy_coef > 0,
-                        share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib,
+            with parallel.accumulating():
+                for idx in micro_batches(parallel.share(rows), lengths, tr.micro_batch_size, tr.micro_batch_tokens):
+                    idx = idx.to(device)
+                    sub = batch.rows(idx)
+                    T = sub.resp_mask.shape[1]
+                    mask, old = tokens[idx][:, :T], old_logprobs[idx][:, :T]
+                    with autocast(device, compute):
+                        logprobs, entropy = parallel.forward(
+                            response_logprobs, sub, temperature, with_entropy=al.entropy_coef > 0,
+                            share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib,
+                        )
+                    loss, token_metrics = loss_fn(
+                        logprobs, old, sub.advantages, mask,
+                        clip_low=al.clip_low, clip_high=al.clip_high,
+                        clip_c=dual_clip_bounds(sub.source == PREFIX, al.clip_c, prefix_clip_c),
+                        token_norm=token_norm, seq_norm=seq_norm,
                     )
-                loss, token_metrics = loss_fn(
-                    logprobs, old, sub.advantages, mask,
-                    clip_low=al.clip_low, clip_high=al.clip_high,
-                    clip_c=dual_clip_bounds(sub.source == PREFIX, al.clip_c, prefix_clip_c),
-                    token_norm=token_norm, seq_norm=seq_norm,
-                )
-                if al.kl_coef > 0:
-                    kl_mask = mask & (sub.source != PREFIX)
-                    kl = kl_penalty_k3(logprobs, ref_logprobs[idx][:, :T])
-                    loss = loss + al.kl_coef * (kl * kl_mask).sum() / token_norm
-                    pending.add_tokens("kl_ref", kl, kl_mask)
-                if al.entropy_coef > 0:
-                    loss = loss - al.entropy_coef * (entropy * mask).sum() / token_norm
-                loss.backward()
-                loss_sum = loss_sum + loss.detach().float()
-                pending.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts), int(sub.attention_mask.sum()))
-                _record(pending, token_metrics, mask, sub, cfg)
+                    if al.kl_coef > 0:
+                        kl_mask = mask & (sub.source != PREFIX)
+                        kl = kl_penalty_k3(logprobs, ref_logprobs[idx][:, :T])
+                        loss = loss + al.kl_coef * (kl * kl_mask).sum() / token_norm
+                        pending.add_tokens("kl_ref", kl, kl_mask)
+                    if al.entropy_coef > 0:
+                        loss = loss - al.entropy_coef * (entropy * mask).sum() / token_norm
+                    loss.backward()
+                    loss_sum = loss_sum + loss.detach().float()
+                    pending.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts), int(sub.attention_mask.sum()))
+                    _record(pending, token_metrics, mask, sub, cfg)
+            parallel.reduce_gradients(_probe(batch, device, compute, temperature, tr.logits_chunk_mib))
+            loss_sum = all_reduce(loss_sum)
             params = [p for p in model.parameters() if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-            if guard.admit(model, loss_sum, grad_norm, m + 1):
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # a DTensor under FSDP
+            norm = full_tensor(grad_norm)
+            if guard.admit(model, loss_sum, norm, m + 1):
                 torch.nn.utils.clip_grads_with_norm_(params, tr.max_grad_norm or float("inf"), grad_norm)
                 optimizer.step()
                 guard.check_parameters(model, m + 1)
                 scheduler.step()
                 metrics.merge(pending)
-                metrics.add("grad_norm", grad_norm.detach(), 1)
+                metrics.add("grad_norm", norm.detach(), 1)
             else:
                 optimizer.zero_grad(set_to_none=True)
     optimizer.zero_grad(set_to_none=True)  # no gradient memory held while the engine generates
     if tr.nonfinite == "skip":
         metrics.add("nonfinite_skips", guard.skipped_this_step, 1)
     model.eval()
-    return metrics
+    # Over the ranks: token sums add up; grad_norm and nonfinite_skips, the same on every rank, keep their means.
+    return metrics.all_reduce()
+
+
+def _probe(batch: RolloutBatch, device: torch.device, compute: torch.dtype, temperature: float, chunk_mib: float) -> Callable[[torch.nn.Module], torch.Tensor]:
+    """The forward every rank runs to end a mini-batch under FSDP (:func:`tsctl.distributed.fsdp.reduce_gradients`):
+    the summed log-probs of the batch's first row, the same input on every rank."""
+
+    def probe(model: torch.nn.Module) -> torch.Tensor:
+        with autocast(device, compute):
+            return response_logprobs(model, batch.rows(torch.zeros(1, dtype=torch.long)), temperature, share_prompts=False, logits_chunk_mib=chunk_mib)[0].sum()
+
+    return probe
 
 
 def _record(metrics: MetricSums, token: dict[str, torch.Tensor], mask: torch.Tensor, sub: RolloutBatch, cfg: TsctlConfig) -> None:

@@ -1,0 +1,118 @@
+"""The process's place among the ranks of a ``torchrun`` job, and the few collectives on Python objects it needs.
+
+``torchrun --nproc_per_node=N`` (and ``srun torchrun ...`` on Slurm) starts ``N`` processes per node and
+gives each ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; :func:`start` reads them and joins the process
+group (``nccl`` on CUDA, ``gloo`` on CPU), once per process. A world of one process (no ``torchrun``,
+or ``--nproc_per_node=1``) creates no process group: :data:`SINGLE`, and every collective here returns
+its input.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's rank among ``size`` ranks (``local_rank``: among those of its node)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        """Whether this is rank 0, the one that writes the run's files."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def block(self, count: int, rank: int | None = None) -> range:
+        """The contiguous share of ``count`` items of ``rank`` (default: this one): near-equal blocks in rank
+        order, the first ``count % size`` ranks one item more (``torch.tensor_split``'s split)."""
+        rank = self.rank if rank is None else rank
+        base, extra = divmod(count, self.size)
+        start = rank * base + min(rank, extra)
+        return range(start, start + base + (rank < extra))
+
+
+SINGLE = World()
+"""One process, no process group."""
+
+_current = SINGLE
+
+
+def from_env(env: Mapping[str, str] = os.environ) -> World:
+    """The world ``torchrun`` describes in ``env`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); :data:`SINGLE` outside it."""
+    size = int(env.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return SINGLE
+    return World(rank=int(env["RANK"]), size=size, local_rank=int(env.get("LOCAL_RANK", "0")))
+
+
+def start(cuda: bool) -> World:
+    """Join the process group ``torchrun`` set up (``nccl`` with ``cuda``, else ``gloo``); the world of this process.
+
+    On CUDA the rank's device is ``cuda:LOCAL_RANK``. Outside ``torchrun`` nothing is created.
+    """
+    global _current
+    world = from_env()
+    if world.distributed and not dist.is_initialized():
+        if cuda:
+            torch.cuda.set_device(world.local_rank)
+        dist.init_process_group("nccl" if cuda else "gloo")
+    _current = world
+    return world
+
+
+def stop() -> None:
+    """Leave the process group (if this process joined one)."""
+    global _current
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _current = SINGLE
+
+
+def current() -> World:
+    """The world :func:`start` joined (:data:`SINGLE` before or without it)."""
+    return _current
+
+
+def barrier() -> None:
+    """Wait until every rank gets here."""
+    if _current.distributed:
+        dist.barrier()
+
+
+def all_gather_objects(obj: T) -> list[T]:
+    """``obj`` of every rank, in rank order (picklable objects)."""
+    if not _current.distributed:
+        return [obj]
+    out: list[Any] = [None] * _current.size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: T) -> T:
+    """Rank 0's ``obj`` on every rank."""
+    if not _current.distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """``tensor`` reduced over the ranks in place (``sum``, ``min`` or ``max``), and returned."""
+    if _current.distributed:
+        dist.all_reduce(tensor, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
+    return tensor
