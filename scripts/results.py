@@ -133,7 +133,7 @@ def claim_seeded_entropy(points: dict[str, Point]) -> list[str]:
         pairs = [(_end_entropy(r, "entropy"), base_by_seed[r.seed]) for r in point.used if r.seed in base_by_seed]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
         lines.append(_paired_line(f"{label} minus ratio=0, entropy at the end of training", [a for a, _ in pairs], [b for _, b in pairs], "nats/token"))
-    return lines
+    return lines or ["no finished seeded run yet."]
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -150,15 +150,20 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
     except FileNotFoundError:
         return lines + [f"Pending: no run yet (`python scripts/results.py --only {name}`).", ""], None, []
     points = group_points(runs)
-    summary = summarize(points)
     key, value = baseline.split("=", 1)
-    rows = compare(summary, {key: value})
-    out = report(folder, echo=False, baseline=baseline)
+    alone = len(points) == 1 and all(str(r.settings.get(key)) == value for r in runs)
+    if alone:  # only the baseline's runs so far: name their point, nothing to compare with yet
+        points[0].label, points[0].settings = baseline, {key: value}
+    summary = summarize(points)
+    rows = compare(summary, {key: value}) if not alone else []
+    out = report(folder, echo=False, baseline=None if alone else baseline)
     target = FIGURES / name
     target.mkdir(parents=True, exist_ok=True)
     images = sorted(out.glob("*.png"))
     for image in images:
         shutil.copyfile(image, target / image.name)
+    finished = sum(1 for r in runs if r.status == "completed")
+    lines += [f"Finished so far: {finished} run(s); a point with no finished run has no row yet.", ""]
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
@@ -197,6 +202,8 @@ def render(runs_dir: Path) -> str:
         "Regenerate with `python scripts/results.py` (resumable; `--render` rewrites this page from what has finished).",
         "Every run is `tsctl train` on the built-in model at the default settings unless the sweep says otherwise;",
         "each point is several seeds, paired by seed in every comparison. 95% intervals throughout.",
+        "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`) beside other work, so their",
+        "wall times say nothing about the README's. Each section says how many of its runs have finished.",
         "",
     ]
     return "\n".join(head + claims + body) + "\n"

@@ -58,3 +58,14 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
     assert claims.count("**better**") >= 1 and "**lower**" in claims and "**higher**" in claims
     assert (tmp_path / "figures" / "countdown-ratio" / "reward_accuracy.png").is_file()
     assert "| ratio=25 | 3/3 |" in page
+
+
+def test_a_sweep_with_only_its_baseline_finished_shows_it_and_waits_for_the_rest(results, tmp_path):
+    sweep = tmp_path / "runs" / "results" / "countdown-ratio"
+    for seed in range(2):
+        fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
+    page = results.render(tmp_path / "runs")
+    claims = page.split("## The method's claims")[1].split("\n## ")[0]
+    assert "countdown-ratio: over training, last 10% of steps minus first 10%" in claims  # (i) needs ratio=0 only
+    assert claims.count("no finished seeded run yet.") == 2 and "no paired comparison yet." in claims
+    assert "Finished so far: 2 run(s)" in page and "| ratio=0 | 2/2 |" in page and "Paired against" not in page
