@@ -40,13 +40,14 @@ class NoTokenizer:
 
 
 def setting(ratio: int) -> tuple[torch.nn.Module, Any, torch.Tensor, torch.Tensor, Any]:
-    """The model, batch, pi_old, KL reference and config of a case: 12 rows, 3 mini-batches of micro-batches
-    of 2 rows (ranks then run different numbers of micro-batches), gradient clipping, KL and entropy terms on."""
+    """The model, batch, pi_old, KL reference and config of a case: 10 rows in 3 mini-batches (4, 3, 3 rows) of
+    one-row micro-batches, so the two ranks run 2 and 2, then 2 and 1 micro-batches; gradient clipping, KL and
+    entropy terms on."""
     model = tiny_model()
-    batch = pack(rows(12, prefix=ratio > 0), torch.linspace(-1.5, 1.0, 12), PAD)
+    batch = pack(rows(10, prefix=ratio > 0), torch.linspace(-1.5, 1.0, 10), PAD)
     pi_old = recompute(model, batch, 1.0, 0)[0]
     old = old_logprobs(pi_old - 0.05 * torch.arange(pi_old.shape[1]) / pi_old.shape[1], batch)
-    cfg = config(3, micro=2, kl_coef=0.05, entropy_coef=0.01)
+    cfg = config(3, micro=1, kl_coef=0.05, entropy_coef=0.01)
     cfg.ratio, cfg.trainer.max_grad_norm = ratio, 0.5
     return model, batch, old, pi_old - 0.3, cfg
 
