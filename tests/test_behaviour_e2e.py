@@ -104,3 +104,4 @@ def test_seeds_from_another_model_and_a_mismatched_tokenizer(micro, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = (proc.stdout + proc.stderr).strip()
     assert "seeds.source_path" in line and "not the policy's" in line and "'<step>'" in line
+    assert not (tmp_path / "runs" / "default" / "bad").exists()  # refused before the run folder is made
