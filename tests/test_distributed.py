@@ -39,11 +39,15 @@ def torchrun(*args: str, ranks: int = 2, env: dict[str, str] | None = None, chec
 
 @pytest.fixture(scope="module")
 def one_process() -> dict[str, dict]:
-    """Each case's update in this process: metric means, parameters, AdamW moments."""
-    out = {}
-    for case, ratio in CASES.items():
-        means, model, optimizer, _ = update(ratio)
-        out[case] = {"metrics": means, "params": dict(model.state_dict()), "moments": full_moments(model, optimizer), "optimizer": optimizer}
+    """Each case's update in this process, at one thread as each rank runs: metric means, parameters, AdamW moments."""
+    out, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for case, ratio in CASES.items():
+            means, model, optimizer, _ = update(ratio)
+            out[case] = {"metrics": means, "params": dict(model.state_dict()), "moments": full_moments(model, optimizer), "optimizer": optimizer}
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
