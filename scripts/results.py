@@ -13,7 +13,6 @@ how many runs each table stands on; a sweep with no finished run is listed as pe
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -47,12 +46,10 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
     args = [*overrides, f"seed={','.join(map(str, range(seeds)))}", "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
     if steps:
         args.append(f"trainer.steps={steps}")
-    env = dict(os.environ)
-    if jobs > 1:
+    if jobs > 1:  # each worker then takes its share of the cores (tsctl.distributed.job_pinning)
         args += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
     print(f"== {name}: tsctl ablate {' '.join(args)}", flush=True)
-    subprocess.run([sys.executable, "-m", "tsctl", "ablate", *args], env=env, check=False)
+    subprocess.run([sys.executable, "-m", "tsctl", "ablate", *args], check=False)
 
 
 def _end_entropy(run: Run, key: str) -> Optional[float]:
@@ -215,7 +212,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="seeds of the ratio sweeps (default 5)")
     parser.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the truncation and refresh sweeps (default 3)")
     parser.add_argument("--steps", type=int, default=None, help="trainer.steps of every run (default: the default run's length)")
-    parser.add_argument("--jobs", type=int, default=1, help="points in parallel (joblib), each with cores/jobs threads")
+    parser.add_argument("--jobs", type=int, default=1, help="points in parallel (joblib), each with its share of the cores")
     parser.add_argument("--runs-dir", default="runs", help="runs_dir of the sweeps (default runs)")
     parser.add_argument("--render", action="store_true", help="do not run anything; only rewrite the page")
     parser.add_argument("--page", type=Path, default=PAGE, help=f"where to write the page (default {PAGE.relative_to(ROOT)})")
