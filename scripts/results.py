@@ -129,6 +129,8 @@ def claim_seeded_entropy(points: dict[str, Point]) -> list[str]:
             continue
         pairs = [(_end_entropy(r, "entropy"), base_by_seed[r.seed]) for r in point.used if r.seed in base_by_seed]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        if not pairs:  # its runs are still going
+            continue
         lines.append(_paired_line(f"{label} minus ratio=0, entropy at the end of training", [a for a, _ in pairs], [b for _, b in pairs], "nats/token"))
     return lines or ["no finished seeded run yet."]
 
@@ -160,7 +162,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
     for image in images:
         shutil.copyfile(image, target / image.name)
     finished = sum(1 for r in runs if r.status == "completed")
-    lines += [f"Finished so far: {finished} run(s); a point with no finished run has no row yet.", ""]
+    lines += [f"Finished so far: {finished} run(s); a point whose runs are still going shows 0 completed, one not started has no row.", ""]
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]

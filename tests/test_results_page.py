@@ -69,3 +69,17 @@ def test_a_sweep_with_only_its_baseline_finished_shows_it_and_waits_for_the_rest
     assert "countdown-ratio: over training, last 10% of steps minus first 10%" in claims  # (i) needs ratio=0 only
     assert claims.count("no finished seeded run yet.") == 2 and "no paired comparison yet." in claims
     assert "Finished so far: 2 run(s)" in page and "| ratio=0 | 2/2 |" in page and "Paired against" not in page
+
+
+def test_a_seeded_point_still_running_waits_without_numbers(results, tmp_path):
+    sweep = tmp_path / "runs" / "results" / "countdown-ratio"
+    for seed in range(2):
+        fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
+    running = sweep / "ratio=25-seed=0"
+    fake_point(running, 25, 0, 0.5)
+    (running / "manifest.json").write_text(json.dumps({"status": "running"}))
+    (running / "final_eval.json").unlink()
+    page = results.render(tmp_path / "runs")
+    claims = page.split("## The method's claims")[1].split("\n## ")[0]
+    assert claims.count("no finished seeded run yet.") == 2 and "too few" not in claims
+    assert "| ratio=25 | 0/1 |" in page and "Finished so far: 2 run(s)" in page
