@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimi
 
 from test_update import PAD, config, rows, tiny_model
 from tsctl.distributed import world as ranks
-from tsctl.distributed.fsdp import full_state_dict
+from tsctl.distributed.fsdp import full_tensors
 from tsctl.io.checkpoints import load_state
 from tsctl.io.sharded_checkpoints import load_training_state, save_sharded_checkpoint
 from tsctl.models.batch import old_logprobs, pack
@@ -77,7 +77,7 @@ def main(out: Path, single_checkpoint: Path) -> None:
     try:
         for case, ratio in CASES.items():
             means, model, optimizer, parallel = update(ratio, lambda m: DataParallel(m, world))
-            params = full_state_dict(model)
+            params = dict(full_tensors(model))
             parallel.sync_engine(_NoEngine())
             save_sharded_checkpoint(out / f"{case}-ckpt", 1, model, optimizer, parallel.inference, NoTokenizer(), {"rng": {}})
             moments = full_moments(model, optimizer)
@@ -90,7 +90,7 @@ def main(out: Path, single_checkpoint: Path) -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
         torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)  # as the trainer's optimiser, whose groups hold initial_lr
         load_training_state(single_checkpoint, load_state(single_checkpoint), model, optimizer)
-        params, moments = full_state_dict(model), full_moments(model, optimizer)
+        params, moments = dict(full_tensors(model)), full_moments(model, optimizer)
         if world.main:
             torch.save({"params": params, "moments": moments}, out / "loaded-from-one.pt")
     finally:

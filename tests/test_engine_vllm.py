@@ -173,6 +173,7 @@ def test_under_torchrun_each_rank_runs_its_own_engine_in_the_job(monkeypatch, fo
 
     model, formatter = policy
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
     with pytest.raises(RuntimeError, match="external_launcher"):  # the fake's check: what a plain LLM would do here
         fake_vllm.install(monkeypatch, fake_vllm.end_after(lambda prompt: 3, end=IM_END))
         fake_vllm.LLM(str(folder), seed=7)
@@ -183,3 +184,13 @@ def test_under_torchrun_each_rank_runs_its_own_engine_in_the_job(monkeypatch, fo
     assert kwargs["seed"] == rank_seed(7, 1) != 7
     with pytest.raises(ValueError, match="tensor_parallel_size=2 under torchrun"):
         vllm_engine(monkeypatch, folder, model, formatter, "engine.tensor_parallel_size=2")
+
+
+def test_tensor_parallel_vllm_under_torchrun_is_refused_when_the_config_is_checked(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ConfigError, match="engine.tensor_parallel_size.*each rank runs its own vLLM engine"):
+        compose_config(["engine=vllm", "engine.tensor_parallel_size=2"])
+    compose_config(["engine=vllm"])  # one GPU per rank: fine
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    compose_config(["engine=vllm", "engine.tensor_parallel_size=2"])  # one process may split the model

@@ -108,7 +108,3 @@ def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         seen.add(id(value))
         yield name, full_tensor(value.detach())
 
-
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """:func:`full_tensors` as one dict (every whole tensor held at once)."""
-    return dict(full_tensors(model))

@@ -47,7 +47,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from tsctl.config.rng import rank_seed
-from tsctl.distributed.world import current
+from tsctl.distributed.world import World, current
 from tsctl.engines import vllm_weights
 from tsctl.engines.base import Completion, Request, SamplingParams
 
@@ -161,7 +161,7 @@ class VLLMEngine:
             model=model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
             enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-            worker_extension_cls=WORKER_EXTENSION, **_under_torchrun(tensor_parallel_size),
+            worker_extension_cls=WORKER_EXTENSION, **torchrun_settings(tensor_parallel_size, current()),
         )
 
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
@@ -215,7 +215,7 @@ class VLLMEngine:
             self.state = AWAKE
 
 
-def _under_torchrun(tensor_parallel_size: int) -> dict[str, Any]:
+def torchrun_settings(tensor_parallel_size: int, world: World) -> dict[str, Any]:
     """vLLM's settings for one engine per rank of a ``torchrun`` job (none outside one): the ranks' own process
     group (``distributed_executor_backend="external_launcher"``, each rank its own TP-1 replica,
     ``data_parallel_size`` = the ranks), as vLLM's ``torchrun_dp_example`` does.
@@ -223,7 +223,6 @@ def _under_torchrun(tensor_parallel_size: int) -> dict[str, Any]:
     Raises:
         ValueError: ``tensor_parallel_size > 1`` under ``torchrun`` (not supported: each rank samples other prompts).
     """
-    world = current()
     if not world.distributed:
         return {}
     if tensor_parallel_size != 1:

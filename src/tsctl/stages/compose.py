@@ -16,7 +16,9 @@ from tsctl.config.compose import Composed, compose_node
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.validate import one_of, validate
+from tsctl.distributed.world import from_env
 from tsctl.engines.factory import ENGINES
+from tsctl.engines.vllm import torchrun_settings
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.selectors import BANDITS, SELECTORS
 from tsctl.seeds.sources import SOURCES
@@ -49,6 +51,11 @@ def check(cfg: TsctlConfig) -> TsctlConfig:
             "ratio", f"ratio={cfg.ratio:g} seeds no sample of a group of trainer.n={cfg.trainer.n} (round(n * ratio / 100) = 0); "
             f"use ratio > {least:g} for one seeded sample per group, or ratio=0 for plain DAPO"
         )
+    if cfg.engine.name == "vllm":
+        try:
+            torchrun_settings(cfg.engine.tensor_parallel_size, from_env())
+        except ValueError as err:
+            raise ConfigError("engine.tensor_parallel_size", str(err)) from None
     if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
     return cfg
