@@ -1,5 +1,6 @@
 """Regenerate docs/RESULTS.md: the sweeps behind tsctl's published numbers, their statistics and plots,
-and what they say about the four claims of the Thinking Seeds method.
+what they say about the four claims of the Thinking Seeds method, and one sweep beyond the paper: which
+snapshot of a behaviour pool should write the seeds (``seeds.selector``), with where the gain came from.
 
     python scripts/results.py                     # run (or resume) every sweep, then write the page
     python scripts/results.py --only countdown-ratio --jobs 2
@@ -22,6 +23,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from tsctl.stages.report import report
+from tsctl.stages.report.attribution import attribution_rows, markdown_section
 from tsctl.stages.report.compare import compare, summarize
 from tsctl.stages.report.points import Point, Run, find_runs, group_points, tail
 from tsctl.stages.report.tables import comparison_rows, notes, table_rows
@@ -36,8 +38,11 @@ SWEEPS: dict[str, tuple[str, list[str], str]] = {
     "arithmetic-ratio": ("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
     "countdown-truncation": ("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
     "countdown-refresh": ("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
+    "countdown-selectors": ("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
+                            ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
 }
-"""name -> (title, overrides, baseline). Ratio sweeps take ``--seeds`` seeds, the others ``--ablation-seeds``."""
+"""name -> (title, overrides, baseline). Ratio sweeps take ``--seeds`` seeds, the others ``--ablation-seeds``.
+Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
 
 def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: str) -> None:
@@ -166,6 +171,9 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
+    attribution = markdown_section(attribution_rows(points, summary.level), summary.level)
+    if attribution:  # one level down: a part of this sweep's section
+        lines += [attribution.replace("## Where", "### Where", 1)]
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
     return lines, {p.label: p for p in points}, rows
 

@@ -83,3 +83,40 @@ def test_a_seeded_point_still_running_waits_without_numbers(results, tmp_path):
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
     assert claims.count("no finished seeded run yet.") == 2 and "too few" not in claims
     assert "| ratio=25 | 0/1 |" in page and "Finished so far: 2 run(s)" in page
+
+
+def fake_selector_point(folder: Path, selector: str, seed: int, accuracy: float) -> None:
+    """A finished ``ratio=25 seeds.pool_size=4`` run: ``latest`` seeds from arm 0 only, the others from arms 0 and 1."""
+    folder.mkdir(parents=True)
+    settings = {"ratio": 25, "seed": seed, "seeds": {"pool_size": 4, "selector": selector}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(settings))
+    (folder / "manifest.json").write_text(json.dumps({"status": "completed"}))
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seeds.selector={selector}", f"seed={seed}"]))
+    records = []
+    for step in range(1, 11):
+        record = {"step": step, "reward/mean": 0.4, "entropy": 0.3}
+        arms = {"0": 8} if selector == "latest" or step < 3 else {"0": 2, "1": 6}
+        for arm, samples in arms.items():
+            record |= {f"seeds/by_arm/{arm}/samples": samples, f"seeds/by_arm/{arm}/accuracy": 0.5, f"seeds/by_arm/{arm}/advantage": 0.1 * int(arm)}
+        records.append(record)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "final_eval.json").write_text(json.dumps({"greedy_accuracy": accuracy, "pass@1": accuracy / 2}))
+
+
+def test_the_selector_sweep_is_paired_against_latest_with_its_attribution(results, tmp_path):
+    sweep = tmp_path / "runs" / "results" / "countdown-selectors"
+    for seed in range(3):
+        fake_selector_point(sweep / f"seed={seed}-seeds.selector=latest", "latest", seed, 0.40 + 0.01 * seed)
+        fake_selector_point(sweep / f"seed={seed}-seeds.selector=bandit", "bandit", seed, 0.40 + 0.01 * seed + (0.001, -0.002, 0.0015)[seed])
+    page = results.render(tmp_path / "runs")
+    section = page.split("## Countdown, ratio 25, a pool of 4 behaviour snapshots")[1]
+    assert "Paired against seeds.selector=latest:" in section
+    # bandit minus latest: +0.1, -0.2, +0.15 points by seed, a spread that straddles 0
+    assert "not distinguishable" in section
+    attribution = section.split("### Where the gain came from: seeded samples")[1]
+    # bandit, arm 1: 6 samples on each of steps 3-10 of 8 + 8 + 8 * 8 seeded samples: 48 / 80; advantage 0.1
+    assert "| seeds.selector=bandit | selector arm (windows old) | 1 | 0.600 ± 0.000 [0.600, 0.600] | 0.500 ± 0.000 [0.500, 0.500] | 0.100 ± 0.000 [0.100, 0.100] |" in attribution
+    assert "| seeds.selector=latest | selector arm (windows old) | 0 | 1.000 ± 0.000 [1.000, 1.000] |" in attribution
+    assert (tmp_path / "figures" / "countdown-selectors" / "arm_choices.png").is_file()
+    assert "](results/countdown-selectors/arm_choices.png)" in section
