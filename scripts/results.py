@@ -117,6 +117,10 @@ def claim_ratio_beats_zero(points: dict[str, Point], rows: list) -> list[str]:
         if r.metric == "greedy_accuracy" or r.metric.startswith("pass@"):
             c = r.by_problem or r.by_seed
             how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
+            if np.isnan(c.diff.low):
+                lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f} "
+                             f"({len(r.seeds)} finished pair(s), too few for an interval).")
+                continue
             lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}, "
                          f"difference {c.diff.mean:+.3f} [95% CI {c.diff.low:+.3f}, {c.diff.high:+.3f}] ({how}): **{r.verdict}**.")
     return lines or ["no paired comparison yet."]

@@ -120,3 +120,13 @@ def test_the_selector_sweep_is_paired_against_latest_with_its_attribution(result
     assert "| seeds.selector=latest | selector arm (windows old) | 0 | 1.000 ± 0.000 [1.000, 1.000] |" in attribution
     assert (tmp_path / "figures" / "countdown-selectors" / "arm_choices.png").is_file()
     assert "](results/countdown-selectors/arm_choices.png)" in section
+
+
+def test_a_comparison_on_one_seed_says_it_is_too_few_instead_of_an_interval(results, tmp_path):
+    sweep = tmp_path / "runs" / "results" / "countdown-ratio"
+    for seed in range(2):
+        fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
+    fake_point(sweep / "ratio=25-seed=0", 25, 0, 0.43)
+    claims = results.render(tmp_path / "runs").split("## The method's claims")[1].split("\n## ")[0]
+    assert "ratio=25 vs ratio=0, greedy_accuracy: 0.430 vs 0.400 (1 finished pair(s), too few for an interval)." in claims
+    assert "nan" not in claims
