@@ -19,13 +19,19 @@ def results(monkeypatch, tmp_path):
     return module
 
 
-def fake_point(folder: Path, ratio: int, seed: int, accuracy: float) -> None:
-    """A finished run: entropy falls over the steps and along the position; seeded runs clip prefixes 10x more."""
+def write_run(folder: Path, settings: dict, overrides: list[str], records: list[dict], accuracy: float) -> None:
+    """A completed run folder: its config, Hydra overrides, metrics and final evaluation."""
     folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump({"ratio": ratio, "seed": seed}))
+    (folder / "config.yaml").write_text(yaml.safe_dump(settings))
     (folder / "manifest.json").write_text(json.dumps({"status": "completed"}))
     (folder / ".hydra").mkdir()
-    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"ratio={ratio}", f"seed={seed}"]))
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "final_eval.json").write_text(json.dumps({"greedy_accuracy": accuracy, "pass@1": accuracy / 2}))
+
+
+def fake_point(folder: Path, ratio: int, seed: int, accuracy: float) -> None:
+    """A finished run: entropy falls over the steps and along the position; seeded runs clip prefixes 10x more."""
     records = []
     for step in range(1, 21):
         entropy = 0.5 - (0.01 + 0.0005 * seed) * step + ((0.004 + 0.0002 * seed) * step if ratio else 0)
@@ -33,8 +39,7 @@ def fake_point(folder: Path, ratio: int, seed: int, accuracy: float) -> None:
         if ratio:
             record |= {"clipped_by_source/prefix": 0.01 + 0.001 * seed, "clipped_by_source/suffix": 0.001}
         records.append(record)
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (folder / "final_eval.json").write_text(json.dumps({"greedy_accuracy": accuracy, "pass@1": accuracy / 2}))
+    write_run(folder, {"ratio": ratio, "seed": seed}, [f"ratio={ratio}", f"seed={seed}"], records, accuracy)
 
 
 def test_page_assesses_the_claims_with_numbers(results, tmp_path):
@@ -87,12 +92,6 @@ def test_a_seeded_point_still_running_waits_without_numbers(results, tmp_path):
 
 def fake_selector_point(folder: Path, selector: str, seed: int, accuracy: float) -> None:
     """A finished ``ratio=25 seeds.pool_size=4`` run: ``latest`` seeds from arm 0 only, the others from arms 0 and 1."""
-    folder.mkdir(parents=True)
-    settings = {"ratio": 25, "seed": seed, "seeds": {"pool_size": 4, "selector": selector}}
-    (folder / "config.yaml").write_text(yaml.safe_dump(settings))
-    (folder / "manifest.json").write_text(json.dumps({"status": "completed"}))
-    (folder / ".hydra").mkdir()
-    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seeds.selector={selector}", f"seed={seed}"]))
     records = []
     for step in range(1, 11):
         record = {"step": step, "reward/mean": 0.4, "entropy": 0.3}
@@ -100,8 +99,8 @@ def fake_selector_point(folder: Path, selector: str, seed: int, accuracy: float)
         for arm, samples in arms.items():
             record |= {f"seeds/by_arm/{arm}/samples": samples, f"seeds/by_arm/{arm}/accuracy": 0.5, f"seeds/by_arm/{arm}/advantage": 0.1 * int(arm)}
         records.append(record)
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (folder / "final_eval.json").write_text(json.dumps({"greedy_accuracy": accuracy, "pass@1": accuracy / 2}))
+    settings = {"ratio": 25, "seed": seed, "seeds": {"pool_size": 4, "selector": selector}}
+    write_run(folder, settings, [f"seeds.selector={selector}", f"seed={seed}"], records, accuracy)
 
 
 def test_the_selector_sweep_is_paired_against_latest_with_its_attribution(results, tmp_path):
