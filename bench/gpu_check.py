@@ -26,6 +26,8 @@ Printed at the end, on stdout, as one JSON object (the same keys on CPU and GPU)
   of ``l`` tokens and ``R`` response tokens; recomputation not counted) per second of
   ``time/update``, over ``peak_tflops`` (the device's dense bf16 peak when known, else a measured
   matmul peak, ``peak_source`` says which);
+- ``process_group``: the backend ``torchrun`` jobs use on this device (:func:`tsctl.distributed.world.backend`)
+  in a one-rank group, and whether it all-reduced a CPU tensor (metric sums) and, on CUDA, a GPU tensor (FSDP's);
 - ``per_step``, ``vllm`` (a short run with the vLLM engine, only when vLLM is importable),
   ``seconds``, ``error`` (``null``, or the exception and the end of its traceback).
 
@@ -67,6 +69,7 @@ import transformers  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from tsctl.config.schema import TsctlConfig  # noqa: E402
+from tsctl.distributed.world import backend  # noqa: E402
 from tsctl.engines.factory import build_engine  # noqa: E402
 from tsctl.io.shards import read_shard  # noqa: E402
 from tsctl.models.precision import compute_dtype  # noqa: E402
@@ -292,6 +295,22 @@ def vllm_run(args: argparse.Namespace, model_dir: Path, model_info: dict, work: 
         return {"version": vllm.__version__, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-2000:]}
 
 
+def process_group_check(device: str) -> dict[str, Any]:
+    """A one-rank process group on the backend a ``torchrun`` job on ``device`` joins: does it all-reduce the
+    tensors the trainer hands it, on the CPU and (CUDA) on the GPU?"""
+    import torch.distributed as dist
+
+    name = backend(device == "cuda")
+    dist.init_process_group(name, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        on = {"cpu": torch.ones(2, dtype=torch.float64)} | ({"cuda": torch.ones(2, device="cuda")} if device == "cuda" else {})
+        for tensor in on.values():
+            dist.all_reduce(tensor)
+        return {"backend": name, **{f"{where}_all_reduce": bool(t.sum().item() == 2) for where, t in on.items()}}
+    finally:
+        dist.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -302,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_requested": args.steps, "steps_done": 0, "loss_finite": False, "parameters_changed": False,
         "changed_fraction": None, "max_abs_change": None, "logprob_gap": None, "rollout_tokens_per_s": None,
         "update_tokens_per_s": None, "update_tflops": None, "update_mfu": None, "peak_tflops": None, "peak_source": None,
-        "matmul_tflops": None, "peak_memory_gib": None, "per_step": [], "vllm": None, "seconds": {}, "error": None,
+        "matmul_tflops": None, "peak_memory_gib": None, "process_group": None, "per_step": [], "vllm": None, "seconds": {}, "error": None,
     }
     with tempfile.TemporaryDirectory(prefix="tsctl-gpu-check-") as tmp, contextlib.redirect_stdout(sys.stderr):
         work = Path(tmp)
@@ -314,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
             hf.pop("_policy")
             result.update(hf)
             result["seconds"]["train"] = time.perf_counter() - started - result["seconds"]["build"]
-            result["ok"] = result["steps_done"] == args.steps and result["loss_finite"] and result["parameters_changed"]
+            result["process_group"] = process_group_check(args.device)
+            reduced = all(v for k, v in result["process_group"].items() if k.endswith("_all_reduce"))
+            result["ok"] = result["steps_done"] == args.steps and result["loss_finite"] and result["parameters_changed"] and reduced
             if args.device == "cuda":
                 torch.cuda.empty_cache()
             result["vllm"] = vllm_run(args, work / "model", result["model"], work, started)

@@ -18,7 +18,7 @@ KEYS = {
     "ok", "device", "device_name", "torch", "transformers", "python", "settings", "model", "steps_requested", "steps_done",
     "loss_finite", "parameters_changed", "changed_fraction", "max_abs_change", "logprob_gap", "rollout_tokens_per_s",
     "update_tokens_per_s", "update_tflops", "update_mfu", "peak_tflops", "peak_source", "matmul_tflops", "peak_memory_gib",
-    "per_step", "vllm", "seconds", "error",
+    "process_group", "per_step", "vllm", "seconds", "error",
 }
 
 
@@ -42,6 +42,7 @@ def test_gpu_check_runs_on_cpu_and_reports_every_key(tmp_path):
     assert result["rollout_tokens_per_s"] > 0 and result["update_tokens_per_s"] > 0 and result["peak_memory_gib"] > 0
     assert 0 < result["update_mfu"] and result["update_tflops"] == pytest.approx(result["update_mfu"] * result["peak_tflops"])
     assert [s["step"] for s in result["per_step"]] == [1, 2]
+    assert result["process_group"] == {"backend": "gloo", "cpu_all_reduce": True}
     assert result["model"]["vocab_size"] == 512 and result["vllm"] == {"skipped": "cpu run"}
 
 
@@ -68,3 +69,11 @@ def test_update_flops_count_blocks_attention_and_the_head_on_responses():
     model = {"hidden": 2, "layers": 3, "layer_parameters": 10, "vocab_size": 5}
     # Rows of 2 + 3 and 1 + 1 tokens: 6*10*(5+2) + 12*3*2*(25+4) + 6*2*5*(3+1).
     assert gpu_check.update_flops(model, [(2, 3), (1, 1)]) == 420 + 2088 + 240
+
+
+def test_a_cuda_job_s_backend_carries_cpu_tensors_too():
+    """nccl alone refuses the CPU tensors the metric sums and evaluation counts all-reduce; gloo takes them."""
+    from tsctl.distributed.world import backend
+
+    assert backend(cuda=False) == "gloo"
+    assert set(backend(cuda=True).split(",")) == {"cpu:gloo", "cuda:nccl"}

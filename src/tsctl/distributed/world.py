@@ -2,7 +2,7 @@
 
 ``torchrun --nproc_per_node=N`` (and ``srun torchrun ...`` on Slurm) starts ``N`` processes per node and
 gives each ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; :func:`start` reads them and joins the process
-group (``nccl`` on CUDA, ``gloo`` on CPU), once per process. A world of one process (no ``torchrun``,
+group (:func:`backend`: ``gloo`` on CPU; on CUDA ``nccl`` for GPU tensors and ``gloo`` for CPU ones), once per process. A world of one process (no ``torchrun``,
 or ``--nproc_per_node=1``) creates no process group: :data:`SINGLE`, and every collective here returns
 its input.
 """
@@ -59,8 +59,14 @@ def from_env(env: Mapping[str, str] = os.environ) -> World:
     return World(rank=int(env["RANK"]), size=size, local_rank=int(env.get("LOCAL_RANK", "0")))
 
 
+def backend(cuda: bool) -> str:
+    """The process group's backend. On CUDA, ``nccl`` carries GPU tensors (FSDP's collectives) and ``gloo`` the
+    CPU tensors some collectives here carry (metric sums, evaluation counts), which ``nccl`` alone refuses."""
+    return "cpu:gloo,cuda:nccl" if cuda else "gloo"
+
+
 def start(cuda: bool) -> World:
-    """Join the process group ``torchrun`` set up (``nccl`` with ``cuda``, else ``gloo``); the world of this process.
+    """Join the process group ``torchrun`` set up (:func:`backend` of ``cuda``); the world of this process.
 
     On CUDA the rank's device is ``cuda:LOCAL_RANK``. Outside ``torchrun`` nothing is created.
     """
@@ -69,7 +75,7 @@ def start(cuda: bool) -> World:
     if world.distributed and not dist.is_initialized():
         if cuda:
             torch.cuda.set_device(world.local_rank)
-        dist.init_process_group("nccl" if cuda else "gloo")
+        dist.init_process_group(backend(cuda))
     _current = world
     return world
 

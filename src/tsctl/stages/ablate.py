@@ -53,10 +53,10 @@ from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
+from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job, release_job
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError
 from tsctl.stages.compose import check, compose_config
-from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job, release_job
 from tsctl.stages.report.points import FINAL_EVAL
 
 LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
