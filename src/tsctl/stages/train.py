@@ -91,6 +91,7 @@ from tsctl.trainer.update import policy_update
 if TYPE_CHECKING:
     from tsctl.config.compose import Composed
     from tsctl.io.runs import RunDir
+    from tsctl.io.sinks import MetricsSink
 
 T = TypeVar("T")
 
@@ -195,7 +196,7 @@ def _rank_0_first(action: Callable[[], T]) -> T:
     return action()
 
 
-def _log(sink: object, record: dict) -> bool:
+def _log(sink: MetricsSink | None, record: dict) -> bool:
     """Log ``record`` where this rank has a sink (rank 0); whether it did."""
     if sink is None:
         return False
