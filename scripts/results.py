@@ -8,12 +8,15 @@ snapshot of a behaviour pool should write the seeds (``seeds.selector``), with w
 
 Every sweep is ``tsctl ablate experiment=results name=<sweep> ...``: rerunning the script skips finished
 points and resumes interrupted ones, so the page can be finished over several sittings. The page says
-how many runs each table stands on; a sweep with no finished run is listed as pending.
+how many runs each table stands on; a sweep with no finished run is listed as pending. The truncation
+and refresh sweeps' baseline points are the ratio sweep's ``ratio=25`` runs, copied (:data:`SHARED`), so
+run ``countdown-ratio`` first.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -22,6 +25,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from omegaconf import OmegaConf
+
+from tsctl.io import atomic
+from tsctl.io.runs import RunDir, config_changes
+from tsctl.stages.ablate import POINT_SEP, is_done
+from tsctl.stages.compose import compose_config
 from tsctl.stages.report import report
 from tsctl.stages.report.attribution import attribution_rows, markdown_section
 from tsctl.stages.report.compare import compare, summarize
@@ -44,10 +53,64 @@ SWEEPS: dict[str, tuple[str, list[str], str]] = {
 """name -> (title, overrides, baseline). Ratio sweeps take ``--seeds`` seeds, the others ``--ablation-seeds``.
 Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
+SHARED: dict[str, tuple[str, str]] = {
+    "countdown-truncation": ("countdown-ratio", "ratio=25"),
+    "countdown-refresh": ("countdown-ratio", "ratio=25"),
+}
+"""sweep -> (sweep, point) whose finished runs are its baseline point's runs: ``truncation=uniform`` and
+``refresh=10`` are the defaults, so the ratio sweep's ``ratio=25`` runs are the very same configuration and are
+copied in (after a check of every key of their saved config) rather than trained again."""
+
+
+def point_folder(settings: list[str], seed: int) -> str:
+    """A point's folder name as ``tsctl ablate`` writes it (Hydra's ``override_dirname``): the swept
+    ``key=value`` pairs and the seed, sorted, joined by ``-``."""
+    return POINT_SEP.join(sorted([*settings, f"seed={seed}"]))
+
+
+def share_baseline(name: str, seeds: int, steps: Optional[int], runs_dir: str) -> list[Path]:
+    """Copy into sweep ``name`` the finished runs of the point :data:`SHARED` names as its baseline point's.
+
+    A run is copied only when its saved config is, key by key, the config the baseline point would train
+    (place keys aside); a target folder that exists is left alone. The copy's config and manifest name its
+    new place and where it came from (``copied_from``). Returns the folders written.
+    """
+    if name not in SHARED:
+        return []
+    source_sweep, source_point = SHARED[name]
+    _, overrides, baseline = SWEEPS[name]
+    point = [baseline if o.split("=", 1)[0] == baseline.split("=", 1)[0] else o for o in overrides]
+    place = ["experiment=results", f"name={name}", f"runs_dir={runs_dir}"] + ([f"trainer.steps={steps}"] if steps else [])
+    written = []
+    for seed in range(seeds):
+        source = Path(runs_dir) / "results" / source_sweep / point_folder([source_point], seed)
+        target = Path(runs_dir) / "results" / name / point_folder([baseline], seed)
+        if target.exists() or not source.is_dir() or not is_done(RunDir(source)):
+            continue
+        wanted = [*point, f"seed={seed}", *place]
+        changes = config_changes(OmegaConf.load(source / "config.yaml"), compose_config(wanted).node)
+        if changes:
+            print(f"{name}: {source} is not the {baseline} point ({changes}); it will be trained", flush=True)
+            continue
+        staging = target.with_name(target.name + ".copying")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(".lock"))
+        config = OmegaConf.load(staging / "config.yaml")
+        config.experiment, config.name = f"results/{name}", target.name
+        atomic.write_text(staging / "config.yaml", OmegaConf.to_yaml(config))
+        manifest = json.loads((staging / "manifest.json").read_text()) | {"copied_from": str(source)}
+        atomic.write_json(staging / "manifest.json", manifest)
+        atomic.write_text(staging / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(wanted)))
+        staging.rename(target)
+        written.append(target)
+        print(f"{name}: {target.name} is {source} (the same configuration), copied", flush=True)
+    return written
+
 
 def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: str) -> None:
     """``tsctl ablate`` the sweep (resumes what exists); a failed point does not stop the others."""
     _, overrides, baseline = SWEEPS[name]
+    share_baseline(name, seeds, steps, runs_dir)
     args = [*overrides, f"seed={','.join(map(str, range(seeds)))}", "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
     if steps:
         args.append(f"trainer.steps={steps}")
@@ -172,6 +235,11 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
         shutil.copyfile(image, target / image.name)
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s); a point whose runs are still going shows 0 completed, one not started has no row.", ""]
+    copied = [r for r in runs if RunDir(r.path).manifest().get("copied_from")]
+    if copied:
+        source_sweep, source_point = SHARED[name]
+        lines += [f"The {baseline} runs of seeds {', '.join(str(r.seed) for r in copied)} are the {source_sweep} sweep's "
+                  f"{source_point} runs, copied: the same configuration, checked key by key.", ""]
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]

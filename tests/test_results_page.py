@@ -129,3 +129,51 @@ def test_a_comparison_on_one_seed_says_it_is_too_few_instead_of_an_interval(resu
     claims = results.render(tmp_path / "runs").split("## The method's claims")[1].split("\n## ")[0]
     assert "ratio=25 vs ratio=0, greedy_accuracy: 0.430 vs 0.400 (1 finished pair(s), too few for an interval)." in claims
     assert "nan" not in claims
+
+
+def write_trained_run(folder: Path, overrides: list[str]) -> None:
+    """A finished run whose config.yaml is what ``tsctl train`` would save for ``overrides``."""
+    from omegaconf import OmegaConf
+
+    from tsctl.stages.compose import compose_config
+
+    node = compose_config(overrides).node
+    write_run(folder, {}, overrides, [{"step": 1, "entropy": 0.3}], 0.4)
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(node))
+    (folder / "manifest.json").write_text(json.dumps({"status": "completed", "finished_step": 400}))
+
+
+def test_the_truncation_sweep_copies_the_ratio_sweep_s_runs_as_its_uniform_point(results, tmp_path):
+    runs_dir = tmp_path / "runs"
+    ratio = runs_dir / "results" / "countdown-ratio"
+    place = ["experiment=results", f"runs_dir={runs_dir}"]
+    write_trained_run(ratio / "ratio=25-seed=0", ["task=countdown", "ratio=25", "seed=0", *place])
+    write_trained_run(ratio / "ratio=25-seed=1", ["task=countdown", "ratio=25", "seed=1", "trainer.lr=0.5", *place])  # another config
+    write_trained_run(ratio / "ratio=25-seed=2", ["task=countdown", "ratio=25", "seed=2", *place])
+    (ratio / "ratio=25-seed=2" / "manifest.json").write_text(json.dumps({"status": "running"}))  # not finished
+
+    assert results.share_baseline("countdown-truncation", 3, 150, str(runs_dir)) == []  # trainer.steps=150 is another config
+    written = results.share_baseline("countdown-truncation", 3, None, str(runs_dir))
+
+    target = runs_dir / "results" / "countdown-truncation" / "seed=0-truncation=uniform"
+    assert written == [target]
+    config = yaml.safe_load((target / "config.yaml").read_text())
+    assert (config["experiment"], config["name"], config["truncation"], config["ratio"]) == ("results/countdown-truncation", target.name, "uniform", 25.0)
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["copied_from"] == str(ratio / "ratio=25-seed=0") and manifest["finished_step"] == 400
+    assert "truncation=uniform" in yaml.safe_load((target / ".hydra" / "overrides.yaml").read_text())
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # seed 1 differs, seed 2 unfinished
+    (target / "final_eval.json").write_text(json.dumps({"greedy_accuracy": 0.9}))
+    assert results.share_baseline("countdown-truncation", 3, None, str(runs_dir)) == []  # an existing copy is kept
+    assert json.loads((target / "final_eval.json").read_text()) == {"greedy_accuracy": 0.9}
+    page = "\n".join(results.section("countdown-truncation", runs_dir)[0])
+    assert "The truncation=uniform runs of seeds 0 are the countdown-ratio sweep's ratio=25 runs, copied" in page
+
+
+def test_the_point_folder_is_the_one_tsctl_ablate_writes():
+    spec = importlib.util.spec_from_file_location("results_names", ROOT / "scripts" / "results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.point_folder(["ratio=25"], 1) == "ratio=25-seed=1"
+    assert module.point_folder(["truncation=uniform"], 2) == "seed=2-truncation=uniform"
+    assert module.point_folder(["refresh=10"], 0) == "refresh=10-seed=0"
