@@ -235,11 +235,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
         shutil.copyfile(image, target / image.name)
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s); a point whose runs are still going shows 0 completed, one not started has no row.", ""]
-    copied = [r for r in runs if RunDir(r.path).manifest().get("copied_from")]
-    if copied:
-        source_sweep, source_point = SHARED[name]
-        lines += [f"The {baseline} runs of seeds {', '.join(str(r.seed) for r in copied)} are the {source_sweep} sweep's "
-                  f"{source_point} runs, copied: the same configuration, checked key by key.", ""]
+    lines += provenance(name, [r for r in runs if r.status == "completed"])
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
@@ -248,6 +244,23 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
         lines += [attribution.replace("## Where", "### Where", 1)]
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
     return lines, {p.label: p for p in points}, rows
+
+
+def provenance(name: str, finished: list[Run]) -> list[str]:
+    """Which code the finished runs ran, how long their training took, and which of them are copies (:data:`SHARED`)."""
+    if not finished:
+        return []
+    manifests = [RunDir(r.path).manifest() for r in finished]
+    revisions = sorted({(m.get("git_revision") or "unknown")[:7] for m in manifests})
+    minutes = [sum(x.get("time/step", 0.0) for x in r.train_records) / 60 for r in finished]
+    lines = [f"Code: git revision {', '.join(revisions)}. Training took {np.mean(minutes):.0f} min per run "
+             f"({min(minutes):.0f}-{max(minutes):.0f}; the sum of the step times, held-out evaluations aside).", ""]
+    copied = [r for r, m in zip(finished, manifests) if m.get("copied_from")]
+    if copied:
+        source_sweep, source_point = SHARED[name]
+        lines += [f"The {SWEEPS[name][2]} runs of seeds {', '.join(str(r.seed) for r in copied)} are the {source_sweep} sweep's "
+                  f"{source_point} runs, copied: the same configuration, checked key by key.", ""]
+    return lines
 
 
 CLAIMS: list[tuple[str, str, Callable]] = [

@@ -35,7 +35,7 @@ def fake_point(folder: Path, ratio: int, seed: int, accuracy: float) -> None:
     records = []
     for step in range(1, 21):
         entropy = 0.5 - (0.01 + 0.0005 * seed) * step + ((0.004 + 0.0002 * seed) * step if ratio else 0)
-        record = {"step": step, "reward/mean": 0.4, "entropy": entropy, "entropy_by_pos/0-3": entropy + 0.1, "entropy_by_pos/4-7": entropy - 0.1 - 0.002 * seed}
+        record = {"step": step, "time/step": 30.0 * (1 + seed), "reward/mean": 0.4, "entropy": entropy, "entropy_by_pos/0-3": entropy + 0.1, "entropy_by_pos/4-7": entropy - 0.1 - 0.002 * seed}
         if ratio:
             record |= {"clipped_by_source/prefix": 0.01 + 0.001 * seed, "clipped_by_source/suffix": 0.001}
         records.append(record)
@@ -47,8 +47,11 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
     for seed in range(3):
         fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
         fake_point(sweep / f"ratio=25-seed={seed}", 25, seed, 0.40 + 0.01 * seed + (0.02, 0.03, 0.025)[seed])
+    (sweep / "ratio=0-seed=0" / "manifest.json").write_text(json.dumps({"status": "completed", "git_revision": "90b822ddba39"}))
     page = results.render(tmp_path / "runs")
     assert "Pending: no run yet (`python scripts/results.py --only arithmetic-ratio`)" in page
+    # 20 steps of 30, 60 and 90 s: 10, 20 and 30 min per seed
+    assert "Code: git revision 90b822d, unknown. Training took 20 min per run (10-30;" in page
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
     # (i) along the position: tokens 4-7 are 0.2 + 0.002*seed below tokens 0-3;
     # over training: steps 19-20 minus steps 1-2 is -18 * (0.01 + 0.0005*seed), -0.189 on average
