@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -263,12 +264,26 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
     return lines
 
 
-CLAIMS: list[tuple[str, str, Callable]] = [
-    ("(i) Entropy falls along the position and over training under plain on-policy training (ratio=0)", "entropy", claim_entropy_falls),
-    ("(ii) Prefix tokens are clipped far more often than suffix tokens", "clip", claim_prefix_clipped),
-    ("(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k", "beats", claim_ratio_beats_zero),
-    ("(iv) Seeded runs keep a higher entropy", "keeps", claim_seeded_entropy),
+CLAIMS: list[tuple[str, str, Callable, str]] = [
+    ("(i) Entropy falls along the position and over training under plain on-policy training (ratio=0)", "entropy", claim_entropy_falls, "lower"),
+    ("(ii) Prefix tokens are clipped far more often than suffix tokens", "clip", claim_prefix_clipped, "higher"),
+    ("(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k", "beats", claim_ratio_beats_zero, "better"),
+    ("(iv) Seeded runs keep a higher entropy", "keeps", claim_seeded_entropy, "higher"),
 ]
+"""(title, kind, the function that lists its comparisons, the verdict each comparison needs for the claim to hold)."""
+
+
+def claim_status(lines: list[str], expected: str) -> str:
+    """What a claim's comparisons say together: how many of those with a verdict (``**...**``) say ``expected``."""
+    found = re.findall(r"\*\*([a-z ]+)\*\*", "\n".join(lines))
+    waiting = len(lines) - len(found)
+    if not found:
+        return "**pending**: no comparison with an interval yet"
+    agree = sum(v == expected for v in found)
+    status = "supported" if agree == len(found) else "not supported" if agree == 0 else "partly supported"
+    if waiting:
+        return f"**{status}** so far: {agree} of {len(found)} comparison(s) say {expected}; {waiting} more wait for finished runs"
+    return f"**{status}**: {agree} of {len(found)} comparison(s) say {expected}"
 
 
 def render(runs_dir: Path) -> str:
@@ -280,13 +295,14 @@ def render(runs_dir: Path) -> str:
         if name.endswith("-ratio") and points:
             ratio_sweeps.append((name, points, rows))
     claims = ["## The method's claims, as these runs see them", ""]
-    for title, kind, fn in CLAIMS:
+    for title, kind, fn, expected in CLAIMS:
         claims += [f"### {title}", ""]
         if not ratio_sweeps:
             claims += ["- no ratio sweep has finished runs yet.", ""]
         for name, points, rows in ratio_sweeps:
             found = fn(points, rows) if kind == "beats" else fn(points)
-            claims += [f"- {name}: {line}" for line in found]
+            claims += [f"- {name}, in sum: {claim_status(found, expected)}."]
+            claims += [f"  - {line}" for line in found]
         claims.append("")
     head = [
         "# Results",

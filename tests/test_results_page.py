@@ -64,6 +64,7 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
     # (iv) seeded entropy is higher by (0.004 + 0.0002*seed) * 19.5 over the last 2 steps: +0.0819 on average
     assert "ratio=25 minus ratio=0, entropy at the end of training" in claims and "difference +0.0819" in claims
     assert claims.count("**better**") >= 1 and "**lower**" in claims and "**higher**" in claims
+    assert claims.count("countdown-ratio, in sum: **supported**") == 4
     assert (tmp_path / "figures" / "countdown-ratio" / "reward_accuracy.png").is_file()
     assert "| ratio=25 | 3/3 |" in page
 
@@ -74,7 +75,9 @@ def test_a_sweep_with_only_its_baseline_finished_shows_it_and_waits_for_the_rest
         fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
     page = results.render(tmp_path / "runs")
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
-    assert "countdown-ratio: over training, last 10% of steps minus first 10%" in claims  # (i) needs ratio=0 only
+    assert "  - over training, last 10% of steps minus first 10%" in claims  # (i) needs ratio=0 only
+    assert "countdown-ratio, in sum: **supported**: 2 of 2 comparison(s) say lower." in claims
+    assert claims.count("countdown-ratio, in sum: **pending**: no comparison with an interval yet.") == 3
     assert claims.count("no finished seeded run yet.") == 2 and "no paired comparison yet." in claims
     assert "Finished so far: 2 run(s)" in page and "| ratio=0 | 2/2 |" in page and "Paired against" not in page
 
@@ -180,3 +183,11 @@ def test_the_point_folder_is_the_one_tsctl_ablate_writes():
     assert module.point_folder(["ratio=25"], 1) == "ratio=25-seed=1"
     assert module.point_folder(["truncation=uniform"], 2) == "seed=2-truncation=uniform"
     assert module.point_folder(["refresh=10"], 0) == "refresh=10-seed=0"
+
+
+def test_a_claim_is_summed_up_from_its_comparisons_verdicts(results):
+    lines = ["a: **better**.", "b: **not distinguishable**.", "c: 1 finished run(s), too few for an interval."]
+    assert results.claim_status(lines, "better") == "**partly supported** so far: 1 of 2 comparison(s) say better; 1 more wait for finished runs"
+    assert results.claim_status(lines[:1], "better") == "**supported**: 1 of 1 comparison(s) say better"
+    assert results.claim_status(lines[1:], "better") == "**not supported** so far: 0 of 1 comparison(s) say better; 1 more wait for finished runs"
+    assert results.claim_status(lines[2:], "better") == "**pending**: no comparison with an interval yet"
