@@ -251,12 +251,11 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
     """Which code the finished runs ran, how long their training took, and which of them are copies (:data:`SHARED`)."""
     if not finished:
         return []
-    manifests = [RunDir(r.path).manifest() for r in finished]
-    revisions = sorted({(m.get("git_revision") or "unknown")[:7] for m in manifests})
+    revisions = sorted({(r.revision or "unknown")[:7] for r in finished})
     minutes = [sum(x.get("time/step", 0.0) for x in r.train_records) / 60 for r in finished]
     lines = [f"Code: git revision {', '.join(revisions)}. Training took {np.mean(minutes):.0f} min per run "
              f"({min(minutes):.0f}-{max(minutes):.0f}; the sum of the step times, held-out evaluations aside).", ""]
-    copied = [r for r, m in zip(finished, manifests) if m.get("copied_from")]
+    copied = [r for r in finished if RunDir(r.path).manifest().get("copied_from")]
     if copied:
         source_sweep, source_point = SHARED[name]
         lines += [f"The {SWEEPS[name][2]} runs of seeds {', '.join(str(r.seed) for r in copied)} are the {source_sweep} sweep's "

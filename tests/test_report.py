@@ -79,6 +79,18 @@ def test_report_writes_tables_and_plots_and_lists_the_failure(sweep):
     assert rows[1]["greedy_accuracy_ci_low"] == ""  # one completed run: no interval
 
 
+def test_runs_of_different_code_revisions_are_named_in_a_warning(sweep, capsys):
+    report(sweep, echo=False)
+    assert "Warning" not in (sweep / "report" / "summary.md").read_text()  # no revision recorded: one (unknown) code
+    for name, revision in (("ratio=0-seed=1", "90b822ddba39"), ("ratio=0-seed=2", "90b822ddba39"), ("ratio=50-seed=1", "02f413e0aa11")):
+        manifest = sweep / name / "manifest.json"
+        manifest.write_text(json.dumps(json.loads(manifest.read_text()) | {"git_revision": revision}))
+    report(sweep)
+    expected = "the runs ran 2 revisions of the code: 02f413e (1 run), 90b822d (2 runs) (manifest.json, git_revision)"
+    assert f"**Warning: runs of different code.** {expected}" in (sweep / "report" / "summary.md").read_text()
+    assert f"warning: runs of different code: {expected}" in " ".join(capsys.readouterr().err.split())  # the console writes to stderr
+
+
 def test_a_single_run_uses_its_metrics_without_final_eval(tmp_path):
     run = fake_run(tmp_path / "ratio0-seed0", 0, 0, 0.3, status="running", pass_k=False)
     out = report(run, echo=False)

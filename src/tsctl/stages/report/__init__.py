@@ -4,7 +4,7 @@ A sweep's statistics count completed runs only, and failed or unfinished runs ar
 the table (a run whose manifest says ``running`` but whose process is gone is ``interrupted``); a
 report on one run uses it whatever its status. A run whose summary values include
 NaN/Inf is named in a warning (console and ``summary.md``) with the first step where its metrics went
-bad. Outputs go to ``<sweep>/report/`` or
+bad; so are runs that ran different revisions of the code. Outputs go to ``<sweep>/report/`` or
 ``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,
 ``comparisons.csv`` (sweeps with a baseline), ``attribution.csv`` (runs with seeds: where the gain
 came from, :mod:`~tsctl.stages.report.attribution`) and PNGs.
@@ -27,11 +27,14 @@ from tsctl.evaluation.nan_warnings import run_warnings
 from tsctl.io import atomic
 from tsctl.stages.report.attribution import attribution_csv, attribution_rows, markdown_section
 from tsctl.stages.report.compare import compare, default_baseline, parse_baseline, summarize
-from tsctl.stages.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder
+from tsctl.stages.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder, revision_warnings
 from tsctl.stages.report.stats import LEVEL
 from tsctl.stages.report.tables import comparisons_csv, csv_text, markdown, print_tables
 
 __all__ = ["FINAL_EVAL", "find_runs", "report"]
+
+NONFINITE, MIXED_CODE = "non-finite metric", "runs of different code"
+"""Kinds of warning a report gives (console and ``summary.md``)."""
 
 
 def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level: float = LEVEL) -> Path:
@@ -67,8 +70,9 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     images = draw_all(points, out) + draw_attribution(points, out)
     attribution = attribution_rows(points, level)
     title = f"{'Run' if single else 'Sweep'} {path.name}"
-    warnings = [line for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
-    notes = "".join(f"\n**Warning: non-finite metric.** {line}\n" for line in warnings)
+    warnings = [(NONFINITE, line) for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
+    warnings += [(MIXED_CODE, line) for line in revision_warnings(points)]
+    notes = "".join(f"\n**Warning: {kind}.** {line}\n" for kind, line in warnings)
     atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + markdown_section(attribution, level) + notes)
     if attribution:
         atomic.write_text(out / "attribution.csv", attribution_csv(attribution))

@@ -48,6 +48,7 @@ class Run:
     Attributes:
         seed: the run's ``seed`` (what pairs runs of two points), None when its config has none.
         final: the contents of ``final_eval.json`` (empty without one).
+        revision: the git revision of the code that ran it (its manifest's ``git_revision``), None when unknown.
     """
 
     path: Path
@@ -57,6 +58,7 @@ class Run:
     records: list[dict[str, Any]]
     final: dict[str, Any]
     seed: Optional[str] = None
+    revision: Optional[str] = None
 
     @property
     def train_records(self) -> list[dict[str, Any]]:
@@ -110,7 +112,7 @@ def load_run(path: Path) -> Run:
     config = path / "config.yaml"
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
-    return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"))
+    return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"), manifest.get("git_revision"))
 
 
 def run_status(path: Path, manifest: dict[str, Any]) -> str:
@@ -166,6 +168,20 @@ def group_points(runs: list[Run], single: bool = False) -> list[Point]:
         used = members if single else [r for r in members if r.status == "completed"]
         points.append(Point(label, settings, members, used))
     return points
+
+
+def revision_warnings(points: list[Point]) -> list[str]:
+    """A line when the points' completed runs ran more than one revision of the code (a difference
+    between points may then come from the code, not the setting); none otherwise."""
+    counts: dict[str, int] = {}
+    for run in (run for p in points for run in p.used):
+        key = run.revision[:7] if run.revision else "unknown"
+        counts[key] = counts.get(key, 0) + 1
+    if len(counts) <= 1:
+        return []
+    listed = ", ".join(f"{rev} ({n} run{'s' if n > 1 else ''})" for rev, n in sorted(counts.items()))
+    return [f"the runs ran {len(counts)} revisions of the code: {listed} (manifest.json, git_revision); a difference "
+            "between points may come from the code rather than the setting: rerun the odd ones at one revision"]
 
 
 def tail(records: list[dict[str, Any]], share: float = TAIL, last: bool = True) -> list[dict[str, Any]]:

@@ -156,9 +156,9 @@ def _width(head: list[str], rows: list[list[str]]) -> int:
     return sum(max(len(cell) for cell in column) + 3 for column in zip(head, *rows)) + 1
 
 
-def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title: str, warnings: list[str] = ()) -> None:
+def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title: str, warnings: list[tuple[str, str]] = ()) -> None:
     """The summary (a row per metric when that fits, else a row per point), the verdicts, the failures and
-    the non-finite ``warnings`` on the console."""
+    the ``warnings`` (kind, text) on the console."""
     from rich.table import Table
 
     from tsctl.io.progress import console
@@ -183,5 +183,5 @@ def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title:
         console.print(verdicts)
     for line in failures_text(summary.points):
         console.print(f"[red]{line}[/red]", highlight=False)
-    for line in warnings:
-        console.print(f"[red]warning: non-finite metric:[/red] {line}", highlight=False, soft_wrap=True)
+    for kind, line in warnings:
+        console.print(f"[red]warning: {kind}:[/red] {line}", highlight=False, soft_wrap=True)
