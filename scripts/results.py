@@ -16,6 +16,7 @@ run ``countdown-ratio`` first.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shutil
@@ -34,10 +35,10 @@ from tsctl.stages.ablate import POINT_SEP, is_done
 from tsctl.stages.compose import compose_config
 from tsctl.stages.report import report
 from tsctl.stages.report.attribution import attribution_rows, markdown_section
-from tsctl.stages.report.compare import compare, summarize
+from tsctl.stages.report.compare import compare, problem_scores, summarize
 from tsctl.stages.report.points import Point, Run, find_runs, group_points, tail
 from tsctl.stages.report.tables import comparison_rows, notes, table_rows
-from tsctl.stages.report.stats import paired_difference, verdict
+from tsctl.stages.report.stats import SAME, paired_bootstrap, paired_difference, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -240,11 +241,29 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
+    lines += next((same_setting_check(p) for p in points if p.label == baseline), [])
     attribution = markdown_section(attribution_rows(points, summary.level), summary.level)
     if attribution:  # one level down: a part of this sweep's section
         lines += [attribution.replace("## Where", "### Where", 1)]
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
     return lines, {p.label: p for p in points}, rows
+
+
+def same_setting_check(point: Point, resamples: int = 2000) -> list[str]:
+    """An A/A check of the per-problem test: every pair of the point's seeds compared on held-out greedy
+    accuracy problem by problem, as two settings would be. Both runs of a pair share their setting, so
+    a calibrated test calls about 5% of the pairs different."""
+    scored = [(r.seed, problem_scores(r, "greedy_accuracy")) for r in point.used]
+    scored = [(seed, found[1]) for seed, found in scored if found is not None]
+    pairs = list(itertools.combinations(scored, 2))
+    if len(pairs) < 3 or len({len(scores) for _, scores in scored}) != 1:
+        return []
+    tests = [paired_bootstrap(a[None], b[None], resamples=resamples) for (_, a), (_, b) in pairs]
+    called = sum(verdict(t) != SAME for t in tests)
+    p_values = [t.p_value for t in tests]
+    return [f"Same-setting check: the {len(pairs)} pairs of {point.label} seeds, compared problem by problem as two settings "
+            f"are, were called different {called} time(s) (p from {min(p_values):.2f} to {max(p_values):.2f}; a calibrated "
+            f"test calls about 5% of them so).", ""]
 
 
 def provenance(name: str, finished: list[Run]) -> list[str]:

@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -191,3 +192,19 @@ def test_a_claim_is_summed_up_from_its_comparisons_verdicts(results):
     assert results.claim_status(lines[:1], "better") == "**supported**: 1 of 1 comparison(s) say better"
     assert results.claim_status(lines[1:], "better") == "**not supported** so far: 0 of 1 comparison(s) say better; 1 more wait for finished runs"
     assert results.claim_status(lines[2:], "better") == "**pending**: no comparison with an interval yet"
+
+
+def test_the_same_setting_check_counts_seed_pairs_the_per_problem_test_calls_different(results):
+    from tsctl.stages.report.points import Point, Run
+
+    def run(seed: int, solved: list[int]) -> Run:
+        per_problem = {"greedy": {"ids": [str(i) for i in range(len(solved))], "solved": solved}}
+        return Run(Path(f"seed={seed}"), "completed", None, {}, [], {"per_problem": per_problem}, str(seed))
+
+    rng = np.random.default_rng(0)
+    alike = [run(seed, list(rng.integers(0, 2, 400))) for seed in range(3)]  # three draws of one coin per problem
+    apart = run(3, [1] * 400)  # solves everything: differs from each of the others
+    lines = results.same_setting_check(Point("ratio=0", {}, alike + [apart], alike + [apart]), resamples=500)
+    assert lines[0].startswith("Same-setting check: the 6 pairs of ratio=0 seeds, compared problem by problem as two settings are, "
+                               "were called different 3 time(s) (p from 0.00 to ")
+    assert results.same_setting_check(Point("ratio=0", {}, alike[:2], alike[:2])) == []  # one pair says nothing
