@@ -11,7 +11,7 @@ import yaml
 from conftest import tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.stages.report import report
-from tsctl.stages.report.compare import baseline_of, compare, default_baseline, summarize
+from tsctl.stages.report.compare import baseline_of, compare, default_baseline, problem_scores, summarize
 from tsctl.stages.report.points import find_runs, group_points
 
 STEPS = 10
@@ -149,6 +149,17 @@ def test_paired_comparison_by_seed_and_by_problem(paired_sweep):
     assert same.by_problem.diff.mean == 0 and same.by_problem.p_value == 1.0 and same.verdict == "not distinguishable"
     entropy = rows["entropy/plain"]
     assert entropy.by_problem is None and entropy.verdict == "not distinguishable"
+
+
+def test_per_problem_pass_at_k_is_the_unbiased_estimator_of_each_problem_s_samples(tmp_path):
+    run = find_runs(paired_run(tmp_path / "r", {"ratio": 0}, 0, [1, 0, 0, 1], [0, 1, 2, 4]))[0]
+    ids, pass_2 = problem_scores(run, "pass@2")
+    # 4 samples, c solved: 1 - C(4 - c, 2) / C(4, 2) = 0, 1 - 3/6, 1 - 1/6, 1
+    assert ids == ["p0", "p1", "p2", "p3"] and pass_2 == pytest.approx([0.0, 0.5, 5 / 6, 1.0])
+    assert problem_scores(run, "pass@1")[1] == pytest.approx([0.0, 0.25, 0.5, 1.0])
+    assert problem_scores(run, "pass@4")[1] == pytest.approx([0.0, 1.0, 1.0, 1.0])
+    assert problem_scores(run, "pass@8") is None  # more than the 4 samples drawn
+    assert problem_scores(run, "greedy_accuracy")[1] == pytest.approx([1, 0, 0, 1])
 
 
 def test_report_writes_interval_columns_comparisons_and_a_band_plot(paired_sweep, capsys):

@@ -7,10 +7,10 @@
   ``ratio=0 refresh=5``). The default baseline is the first value of the first swept key, as the
   sweep's command line gave it (``multirun.yaml``), else the first point.
 - A comparison pairs runs by seed (the same seed draws the same prompts): the mean difference, its
-  t-interval and the paired t-test's p-value. For held-out greedy accuracy and pass@1, when every
+  t-interval and the paired t-test's p-value. For held-out greedy accuracy and pass@k, when every
   paired run stored per-problem results of the same problems (``final_eval.json``'s
-  ``per_problem``), a paired bootstrap over problems and seeds gives a second, usually much
-  narrower, interval; the verdict then follows it.
+  ``per_problem``; pass@k per problem by the unbiased estimator), a paired bootstrap over problems
+  and seeds gives a second interval; the verdict then follows it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 from omegaconf import OmegaConf
 
+from tsctl.algo.passk import pass_at_k
 from tsctl.stages.report.points import Point, Run, final_values, higher_is_better, metric_order
 from tsctl.stages.report.stats import LEVEL, Comparison, Interval, mean_ci, paired_bootstrap, paired_difference, verdict
 
@@ -148,13 +149,16 @@ def _by_seed(runs: list[Run]) -> dict[str, Run]:
 
 
 def problem_scores(run: Run, metric: str) -> Optional[tuple[list[str], np.ndarray]]:
-    """Problem ids and per-problem scores [P] of ``metric`` (greedy 0/1, or solved samples / k) from ``final_eval.json``."""
+    """Problem ids and per-problem scores [P] of ``metric`` from ``final_eval.json``: greedy 0/1, or the unbiased
+    pass@k of each problem's solved samples (:func:`~tsctl.algo.passk.pass_at_k`; pass@1 = solved / samples)."""
     table = run.final.get("per_problem") or {}
     if metric == "greedy_accuracy" and "greedy" in table:
         return table["greedy"]["ids"], np.asarray(table["greedy"]["solved"], dtype=np.float64)
-    if metric == "pass@1" and "sampled" in table:
+    k = int(metric.removeprefix("pass@")) if metric.startswith("pass@") and metric[5:].isdigit() else 0
+    if k and "sampled" in table and table["sampled"]["samples"] >= k:
         sampled = table["sampled"]
-        return sampled["ids"], np.asarray(sampled["solved"], dtype=np.float64) / sampled["samples"]
+        solved = np.asarray(sampled["solved"], dtype=np.int64)
+        return sampled["ids"], pass_at_k(np.full(solved.shape, sampled["samples"]), solved, k)
     return None
 
 

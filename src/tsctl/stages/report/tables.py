@@ -78,7 +78,8 @@ def notes(summary: Summary) -> str:
 COMPARISON_NOTES = (
     "Each point against its baseline, paired by seed: the mean difference (point - baseline), its {level} t-interval "
     "and the paired t-test's p-value. By problem: a paired bootstrap over held-out problems and seeds "
-    "({resamples} draws, percentile interval) where every paired run stored per-problem results. The verdict is "
+    "({resamples} draws, percentile interval) where every paired run stored per-problem results (pass@k of a "
+    "problem by the unbiased estimator over its samples). The verdict is "
     "`better`/`worse` when the interval (by problem when there is one, else by seed) excludes 0, otherwise `not "
     "distinguishable`; entropy and clip shares have no better direction and say `higher`/`lower`."
 )
