@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -35,10 +34,11 @@ from tsctl.stages.ablate import POINT_SEP, is_done
 from tsctl.stages.compose import compose_config
 from tsctl.stages.report import report
 from tsctl.stages.report.attribution import attribution_rows, markdown_section
-from tsctl.stages.report.compare import compare, problem_scores, summarize
-from tsctl.stages.report.points import Point, Run, find_runs, group_points, tail
+from tsctl.stages.report.claims import CLAIMS, assess
+from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
+from tsctl.stages.report.points import Point, Run, find_runs, group_points
 from tsctl.stages.report.tables import comparison_rows, notes, table_rows
-from tsctl.stages.report.stats import SAME, paired_bootstrap, paired_difference, verdict
+from tsctl.stages.report.stats import SAME, paired_bootstrap, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -122,106 +122,19 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
     subprocess.run([sys.executable, "-m", "tsctl", "ablate", *args], check=False)
 
 
-def _end_entropy(run: Run, key: str) -> Optional[float]:
-    values = [r[key] for r in tail(run.train_records) if key in r]
-    return float(np.mean(values)) if values else None
-
-
-def _position_bins(run: Run) -> list[str]:
-    labels = {k.split("/", 1)[1] for r in run.train_records for k in r if k.startswith("entropy_by_pos/")}
-    return sorted(labels, key=lambda label: int(label.split("-")[0].rstrip("+")))
-
-
-def _paired_line(what: str, a: list[float], b: list[float], unit: str, higher_is_better: Optional[bool] = None) -> str:
-    """``what``: mean of a vs mean of b, the paired difference with its 95% interval and p-value, and the verdict."""
-    if len(a) < 2:
-        return f"{what}: {len(a)} finished run(s), too few for an interval."
-    c = paired_difference(a, b)
-    return (f"{what}: {np.mean(a):.4g} vs {np.mean(b):.4g} {unit} (n={len(a)}); difference {c.diff.mean:+.4g} "
-            f"[95% CI {c.diff.low:+.4g}, {c.diff.high:+.4g}], p={c.p_value:.3g}: **{verdict(c, higher_is_better)}**.")
-
-
-def claim_entropy_falls(points: dict[str, Point]) -> list[str]:
-    """(i) Under plain on-policy training entropy falls along the position and over training."""
-    base = points.get("ratio=0")
-    if base is None or not base.used:
-        return ["no finished ratio=0 run yet."]
-    lines = []
-    runs = base.used
-    bins = _position_bins(runs[0])
-    if len(bins) >= 2:
-        first = [_end_entropy(r, f"entropy_by_pos/{bins[0]}") for r in runs]
-        last = [_end_entropy(r, f"entropy_by_pos/{bins[-1]}") for r in runs]
-        keep = [i for i in range(len(runs)) if first[i] is not None and last[i] is not None]
-        lines.append(_paired_line(f"along the position (last 10% of steps), tokens {bins[-1]} minus tokens {bins[0]}",
-                                  [last[i] for i in keep], [first[i] for i in keep], "nats/token"))
-    early = [float(np.mean([r["entropy"] for r in tail(run.train_records, last=False)])) for run in runs]
-    late = [float(np.mean([r["entropy"] for r in tail(run.train_records)])) for run in runs]
-    lines.append(_paired_line("over training, last 10% of steps minus first 10%", late, early, "nats/token"))
-    return lines
-
-
-def claim_prefix_clipped(points: dict[str, Point]) -> list[str]:
-    """(ii) Prefix tokens are clipped far more often than suffix tokens."""
-    lines = []
-    for label, point in points.items():
-        runs = [r for r in point.used if any("clipped_by_source/prefix" in x for x in r.train_records)]
-        if not runs:
-            continue
-        prefix = [100 * float(np.mean([x["clipped_by_source/prefix"] for x in r.train_records if "clipped_by_source/prefix" in x])) for r in runs]
-        suffix = [100 * float(np.mean([x["clipped_by_source/suffix"] for x in r.train_records if "clipped_by_source/suffix" in x])) for r in runs]
-        times = np.mean(prefix) / max(np.mean(suffix), 1e-12)
-        lines.append(_paired_line(f"{label}: clipped % of prefix minus suffix tokens ({times:.1f}x)", prefix, suffix, "%"))
-    return lines or ["no finished seeded run yet."]
-
-
-def claim_ratio_beats_zero(points: dict[str, Point], rows: list) -> list[str]:
-    """(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k."""
-    lines = []
-    for r in rows:
-        if r.metric == "greedy_accuracy" or r.metric.startswith("pass@"):
-            c = r.by_problem or r.by_seed
-            how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
-            if np.isnan(c.diff.low):
-                lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f} "
-                             f"({len(r.seeds)} finished pair(s), too few for an interval).")
-                continue
-            lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}, "
-                         f"difference {c.diff.mean:+.3f} [95% CI {c.diff.low:+.3f}, {c.diff.high:+.3f}] ({how}): **{r.verdict}**.")
-    return lines or ["no paired comparison yet."]
-
-
-def claim_seeded_entropy(points: dict[str, Point]) -> list[str]:
-    """(iv) Seeded runs keep a higher entropy (mean over the last 10% of steps, all tokens the rollout policy saw)."""
-    base = points.get("ratio=0")
-    if base is None:
-        return ["no finished ratio=0 run yet."]
-    base_by_seed = {r.seed: _end_entropy(r, "entropy") for r in base.used}
-    lines = []
-    for label, point in points.items():
-        if label == "ratio=0":
-            continue
-        pairs = [(_end_entropy(r, "entropy"), base_by_seed[r.seed]) for r in point.used if r.seed in base_by_seed]
-        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-        if not pairs:  # its runs are still going
-            continue
-        lines.append(_paired_line(f"{label} minus ratio=0, entropy at the end of training", [a for a, _ in pairs], [b for _, b in pairs], "nats/token"))
-    return lines or ["no finished seeded run yet."]
-
-
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
 
 
-def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Point]], list]:
-    """The page section of one sweep (tables, plots), its points by label and its comparison rows."""
+def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional[Summary]]:
+    """The page section of one sweep (tables, plots), its points and their summary (none before a run)."""
     title, _, baseline = SWEEPS[name]
     folder = runs_dir / "results" / name
     lines = [f"## {title}", ""]
     try:
         runs = find_runs(folder)
     except FileNotFoundError:
-        return lines + [f"Pending: no run yet (`python scripts/results.py --only {name}`).", ""], None, []
+        return lines + [f"Pending: no run yet (`python scripts/results.py --only {name}`).", ""], [], None
     points = group_points(runs)
     key, value = baseline.split("=", 1)
     alone = len(points) == 1 and all(str(r.settings.get(key)) == value for r in runs)
@@ -246,7 +159,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], Optional[dict[str, Po
     if attribution:  # one level down: a part of this sweep's section
         lines += [attribution.replace("## Where", "### Where", 1)]
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
-    return lines, {p.label: p for p in points}, rows
+    return lines, points, summary
 
 
 def same_setting_check(point: Point, resamples: int = 2000) -> list[str]:
@@ -282,45 +195,23 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
     return lines
 
 
-CLAIMS: list[tuple[str, str, Callable, str]] = [
-    ("(i) Entropy falls along the position and over training under plain on-policy training (ratio=0)", "entropy", claim_entropy_falls, "lower"),
-    ("(ii) Prefix tokens are clipped far more often than suffix tokens", "clip", claim_prefix_clipped, "higher"),
-    ("(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k", "beats", claim_ratio_beats_zero, "better"),
-    ("(iv) Seeded runs keep a higher entropy", "keeps", claim_seeded_entropy, "higher"),
-]
-"""(title, kind, the function that lists its comparisons, the verdict each comparison needs for the claim to hold)."""
-
-
-def claim_status(lines: list[str], expected: str) -> str:
-    """What a claim's comparisons say together: how many of those with a verdict (``**...**``) say ``expected``."""
-    found = re.findall(r"\*\*([a-z ]+)\*\*", "\n".join(lines))
-    waiting = len(lines) - len(found)
-    if not found:
-        return "**pending**: no comparison with an interval yet"
-    agree = sum(v == expected for v in found)
-    status = "supported" if agree == len(found) else "not supported" if agree == 0 else "partly supported"
-    if waiting:
-        return f"**{status}** so far: {agree} of {len(found)} comparison(s) say {expected}; {waiting} more wait for finished runs"
-    return f"**{status}**: {agree} of {len(found)} comparison(s) say {expected}"
-
-
 def render(runs_dir: Path) -> str:
     """The whole page from the sweeps as they stand."""
     body, ratio_sweeps = [], []
     for name in SWEEPS:
-        lines, points, rows = section(name, runs_dir)
+        lines, points, summary = section(name, runs_dir)
         body += lines
-        if name.endswith("-ratio") and points:
-            ratio_sweeps.append((name, points, rows))
+        if name.endswith("-ratio") and summary is not None:
+            ratio_sweeps.append((name, points, summary))
+    assessed = [(name, assess(points, summary)) for name, points, summary in ratio_sweeps]
     claims = ["## The method's claims, as these runs see them", ""]
-    for title, kind, fn, expected in CLAIMS:
-        claims += [f"### {title}", ""]
-        if not ratio_sweeps:
-            claims += ["- no ratio sweep has finished runs yet.", ""]
-        for name, points, rows in ratio_sweeps:
-            found = fn(points, rows) if kind == "beats" else fn(points)
-            claims += [f"- {name}, in sum: {claim_status(found, expected)}."]
-            claims += [f"  - {line}" for line in found]
+    for i, claim in enumerate(CLAIMS):
+        claims += [f"### {claim.title}", ""]
+        if not assessed:
+            claims += ["- no ratio sweep has finished runs yet."]
+        for name, found in assessed:
+            _, status, lines = found[i]
+            claims += [f"- {name}, in sum: {status}.", *(f"  - {line}" for line in lines)]
         claims.append("")
     head = [
         "# Results",

@@ -175,6 +175,29 @@ def test_report_writes_interval_columns_comparisons_and_a_band_plot(paired_sweep
     assert "Paired against ratio=0" in printed and "better" in printed
 
 
+def test_a_ratio_sweep_s_report_assesses_the_method_s_claims(paired_sweep, capsys):
+    out = report(paired_sweep, echo=True)
+    md = (out / "summary.md").read_text()
+    claims = md.split("## The Thinking Seeds claims, as these runs see them")[1]
+    # entropy is 1.0 at every step of every run: no fall, no seeded gain; no run logs clipped prefix tokens
+    assert "- (i) Entropy falls along the position and over training under plain on-policy training (ratio=0): **not supported**: 0 of 1" in claims
+    assert "- (ii) Prefix tokens are clipped far more often than suffix tokens: **pending**" in claims
+    # ratio 25 solves 30 more of 200 problems greedily (better); its sampled results equal ratio 0's
+    assert "- (iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k: **partly supported**: 1 of 2 comparison(s) say better" in claims
+    greedy = next(line for line in claims.splitlines() if line.startswith("  - ratio=25 vs ratio=0, greedy_accuracy: "))
+    assert "difference +0.150 [95% CI +0." in greedy and greedy.endswith("(problems x seeds): **better**.")
+    assert "- (iv) Seeded runs keep a higher entropy: **not supported**: 0 of 1 comparison(s) say higher" in claims
+    console = " ".join(capsys.readouterr().err.split())
+    assert "(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k: partly supported: 1 of 2" in console
+
+
+def test_a_sweep_of_another_key_has_no_claims_section(tmp_path):
+    for seed in (1, 2):
+        paired_run(tmp_path / "s" / f"refresh=5-seed={seed}", {"refresh": 5}, seed, [1, 0], [1, 2])
+        paired_run(tmp_path / "s" / f"refresh=10-seed={seed}", {"refresh": 10}, seed, [1, 1], [2, 2])
+    assert "Thinking Seeds claims" not in (report(tmp_path / "s", echo=False) / "summary.md").read_text()
+
+
 def test_default_baseline_is_the_first_swept_value_as_written(paired_sweep):
     points = group_points(find_runs(paired_sweep))
     assert default_baseline(paired_sweep, points) == {"ratio": "0"}  # no multirun.yaml: the first point

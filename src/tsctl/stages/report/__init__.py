@@ -7,13 +7,15 @@ NaN/Inf is named in a warning (console and ``summary.md``) with the first step w
 bad; so are runs that ran different revisions of the code. Outputs go to ``<sweep>/report/`` or
 ``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,
 ``comparisons.csv`` (sweeps with a baseline), ``attribution.csv`` (runs with seeds: where the gain
-came from, :mod:`~tsctl.stages.report.attribution`) and PNGs.
+came from, :mod:`~tsctl.stages.report.attribution`) and PNGs. A sweep of ``ratio`` alone with a ``ratio=0``
+point also gets the method's four claims assessed (:mod:`~tsctl.stages.report.claims`).
 
 Rooms: :mod:`~tsctl.stages.report.points` reads run folders and groups them into points,
 :mod:`~tsctl.stages.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stages.report.stats`),
 :mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` and
 :mod:`~tsctl.stages.report.attribution_plots` draw the figures with :mod:`~tsctl.stages.report.figures`,
-:mod:`~tsctl.stages.report.attribution` writes where the gain came from.
+:mod:`~tsctl.stages.report.attribution` writes where the gain came from, :mod:`~tsctl.stages.report.claims`
+what a ratio sweep says of the method's claims.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from tsctl.config.errors import ConfigError
 from tsctl.evaluation.nan_warnings import run_warnings
 from tsctl.io import atomic
 from tsctl.stages.report.attribution import attribution_csv, attribution_rows, markdown_section
+from tsctl.stages.report.claims import markdown_section as claims_section
 from tsctl.stages.report.compare import compare, default_baseline, parse_baseline, summarize
 from tsctl.stages.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder, revision_warnings
 from tsctl.stages.report.stats import LEVEL
-from tsctl.stages.report.tables import comparisons_csv, csv_text, markdown, print_tables
+from tsctl.stages.report.tables import comparisons_csv, csv_text, markdown, print_claims, print_tables
 
 __all__ = ["FINAL_EVAL", "find_runs", "report"]
 
@@ -73,7 +76,8 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     warnings = [(NONFINITE, line) for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
     warnings += [(MIXED_CODE, line) for line in revision_warnings(points)]
     notes = "".join(f"\n**Warning: {kind}.** {line}\n" for kind, line in warnings)
-    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + markdown_section(attribution, level) + notes)
+    claims = "" if single else claims_section(points, summary)
+    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + claims + markdown_section(attribution, level) + notes)
     if attribution:
         atomic.write_text(out / "attribution.csv", attribution_csv(attribution))
     atomic.write_text(out / "summary.csv", csv_text(summary))
@@ -81,6 +85,8 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
         atomic.write_text(out / "comparisons.csv", comparisons_csv(rows))
     if echo:
         print_tables(summary, rows, named, title, warnings)
+        if claims:
+            print_claims(points, summary)
     log_images(images, runs)
     return out
 

@@ -1,0 +1,180 @@
+"""The four claims of the Thinking Seeds method, assessed on a ratio sweep.
+
+A sweep whose only swept key is ``ratio``, with a ``ratio=0`` point and at least one seeded point, is a
+*ratio sweep*; ``tsctl report`` then adds a section saying, claim by claim, what its completed runs
+support. Each claim lists its paired comparisons (by seed; held-out metrics also by problem, from
+:func:`~tsctl.stages.report.compare.compare` against ``ratio=0``), every one with its interval and
+verdict, and sums them up (:func:`claim_status`):
+
+(i) under plain on-policy training (``ratio=0``) entropy falls along the response position (the last
+    position bin against the first, over the last 10% of steps) and over training (last 10% of steps
+    against the first 10%): verdict ``lower``;
+(ii) prefix tokens are clipped far more often than suffix tokens (per seeded point, the share of
+     each source's tokens clipped over all steps): ``higher``;
+(iii) every ratio > 0 beats ratio 0 on held-out greedy accuracy and pass@k: ``better``;
+(iv) seeded runs keep a higher entropy (mean over the last 10% of steps against ``ratio=0``'s at the
+     same seed): ``higher``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from tsctl.stages.report.compare import Row, Summary, compare
+from tsctl.stages.report.points import Point, Run, tail
+from tsctl.stages.report.stats import paired_difference, verdict
+
+BASELINE = "ratio=0"
+"""The label of plain DAPO's point, which every claim is about or compares with."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: its title, the verdict each comparison needs for it to hold, and its comparisons
+    (one line each, the verdict in bold) from the sweep's points by label, the rows against ``ratio=0``
+    and the confidence level."""
+
+    title: str
+    expected: str
+    comparisons: Callable[[dict[str, Point], list[Row], float], list[str]]
+
+
+def _end_entropy(run: Run, key: str) -> Optional[float]:
+    """Mean of ``key`` over the run's last 10% of training steps, None when no step logged it."""
+    values = [r[key] for r in tail(run.train_records) if key in r]
+    return float(np.mean(values)) if values else None
+
+
+def _position_bins(run: Run) -> list[str]:
+    """The run's ``entropy_by_pos/<bin>`` labels, in position order."""
+    labels = {k.split("/", 1)[1] for r in run.train_records for k in r if k.startswith("entropy_by_pos/")}
+    return sorted(labels, key=lambda label: int(label.split("-")[0].rstrip("+")))
+
+
+def paired_line(what: str, a: list[float], b: list[float], unit: str, level: float) -> str:
+    """``what``: mean of a vs mean of b, the paired difference with its interval at ``level`` and
+    p-value, and the verdict (``higher``/``lower``/``not distinguishable``)."""
+    if len(a) < 2:
+        return f"{what}: {len(a)} finished run(s), too few for an interval."
+    c = paired_difference(a, b, level)
+    return (f"{what}: {np.mean(a):.4g} vs {np.mean(b):.4g} {unit} (n={len(a)}); difference {c.diff.mean:+.4g} "
+            f"[{level:.0%} CI {c.diff.low:+.4g}, {c.diff.high:+.4g}], p={c.p_value:.3g}: **{verdict(c, None)}**.")
+
+
+def entropy_falls(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
+    """(i) Under plain on-policy training entropy falls along the position and over training."""
+    base = points.get(BASELINE)
+    if base is None or not base.used:
+        return [f"no finished {BASELINE} run yet."]
+    lines = []
+    runs = base.used
+    bins = _position_bins(runs[0])
+    if len(bins) >= 2:
+        first = [_end_entropy(r, f"entropy_by_pos/{bins[0]}") for r in runs]
+        last = [_end_entropy(r, f"entropy_by_pos/{bins[-1]}") for r in runs]
+        keep = [i for i in range(len(runs)) if first[i] is not None and last[i] is not None]
+        lines.append(paired_line(f"along the position (last 10% of steps), tokens {bins[-1]} minus tokens {bins[0]}",
+                                 [last[i] for i in keep], [first[i] for i in keep], "nats/token", level))
+    early = [float(np.mean([r["entropy"] for r in tail(run.train_records, last=False)])) for run in runs]
+    late = [float(np.mean([r["entropy"] for r in tail(run.train_records)])) for run in runs]
+    lines.append(paired_line("over training, last 10% of steps minus first 10%", late, early, "nats/token", level))
+    return lines
+
+
+def prefix_clipped(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
+    """(ii) Prefix tokens are clipped far more often than suffix tokens."""
+    lines = []
+    for label, point in points.items():
+        runs = [r for r in point.used if any("clipped_by_source/prefix" in x for x in r.train_records)]
+        if not runs:
+            continue
+        prefix = [100 * float(np.mean([x["clipped_by_source/prefix"] for x in r.train_records if "clipped_by_source/prefix" in x])) for r in runs]
+        suffix = [100 * float(np.mean([x["clipped_by_source/suffix"] for x in r.train_records if "clipped_by_source/suffix" in x])) for r in runs]
+        times = np.mean(prefix) / max(np.mean(suffix), 1e-12)
+        lines.append(paired_line(f"{label}: clipped % of prefix minus suffix tokens ({times:.1f}x)", prefix, suffix, "%", level))
+    return lines or ["no finished seeded run yet."]
+
+
+def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
+    """(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k."""
+    lines = []
+    for r in rows:
+        if r.metric == "greedy_accuracy" or r.metric.startswith("pass@"):
+            c = r.by_problem or r.by_seed
+            how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
+            if np.isnan(c.diff.low):
+                lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f} "
+                             f"({len(r.seeds)} finished pair(s), too few for an interval).")
+                continue
+            lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}, "
+                         f"difference {c.diff.mean:+.3f} [{level:.0%} CI {c.diff.low:+.3f}, {c.diff.high:+.3f}] ({how}): **{r.verdict}**.")
+    return lines or ["no paired comparison yet."]
+
+
+def seeded_entropy(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
+    """(iv) Seeded runs keep a higher entropy (mean over the last 10% of steps, all tokens the rollout policy saw)."""
+    base = points.get(BASELINE)
+    if base is None:
+        return [f"no finished {BASELINE} run yet."]
+    base_by_seed = {r.seed: _end_entropy(r, "entropy") for r in base.used}
+    lines = []
+    for label, point in points.items():
+        if label == BASELINE:
+            continue
+        pairs = [(_end_entropy(r, "entropy"), base_by_seed[r.seed]) for r in point.used if r.seed in base_by_seed]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        if not pairs:  # its runs are still going
+            continue
+        lines.append(paired_line(f"{label} minus {BASELINE}, entropy at the end of training", [a for a, _ in pairs], [b for _, b in pairs], "nats/token", level))
+    return lines or ["no finished seeded run yet."]
+
+
+CLAIMS = [
+    Claim("(i) Entropy falls along the position and over training under plain on-policy training (ratio=0)", "lower", entropy_falls),
+    Claim("(ii) Prefix tokens are clipped far more often than suffix tokens", "higher", prefix_clipped),
+    Claim("(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k", "better", ratio_beats_zero),
+    Claim("(iv) Seeded runs keep a higher entropy", "higher", seeded_entropy),
+]
+
+
+def claim_status(lines: list[str], expected: str) -> str:
+    """What a claim's comparisons say together: how many of those with a verdict (``**...**``) say ``expected``."""
+    found = re.findall(r"\*\*([a-z ]+)\*\*", "\n".join(lines))
+    waiting = len(lines) - len(found)
+    if not found:
+        return "**pending**: no comparison with an interval yet"
+    agree = sum(v == expected for v in found)
+    status = "supported" if agree == len(found) else "not supported" if agree == 0 else "partly supported"
+    if waiting:
+        return f"**{status}** so far: {agree} of {len(found)} comparison(s) say {expected}; {waiting} more wait for finished runs"
+    return f"**{status}**: {agree} of {len(found)} comparison(s) say {expected}"
+
+
+def is_ratio_sweep(points: list[Point]) -> bool:
+    """Only ``ratio`` is swept, with a ``ratio=0`` point and another."""
+    return len(points) >= 2 and all(set(p.settings) == {"ratio"} for p in points) and any(p.label == BASELINE for p in points)
+
+
+def assess(points: list[Point], summary: Summary) -> list[tuple[Claim, str, list[str]]]:
+    """Every claim with its summed-up status and its comparison lines (see the module docstring)."""
+    rows = compare(summary, {"ratio": "0"})
+    by_label = {p.label: p for p in points}
+    out = []
+    for claim in CLAIMS:
+        lines = claim.comparisons(by_label, rows, summary.level)
+        out.append((claim, claim_status(lines, claim.expected), lines))
+    return out
+
+
+def markdown_section(points: list[Point], summary: Summary) -> str:
+    """The ``summary.md`` section of a ratio sweep's claims; empty for any other sweep."""
+    if not is_ratio_sweep(points):
+        return ""
+    parts = ["", "## The Thinking Seeds claims, as these runs see them", ""]
+    for claim, status, lines in assess(points, summary):
+        parts += [f"- {claim.title}: {status}.", *(f"  - {line}" for line in lines)]
+    return "\n".join(parts) + "\n"
