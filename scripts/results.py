@@ -94,7 +94,7 @@ def share_baseline(name: str, seeds: int, steps: Optional[int], runs_dir: str) -
         if changes:
             print(f"{name}: {source} is not the {baseline} point ({changes}); it will be trained", flush=True)
             continue
-        staging = target.with_name(target.name + ".copying")
+        staging = target.parent.parent / f".{name}-{target.name}.copying"  # outside the sweep: no report sees half a copy
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(source, staging, ignore=shutil.ignore_patterns(".lock"))
         config = OmegaConf.load(staging / "config.yaml")
@@ -103,6 +103,7 @@ def share_baseline(name: str, seeds: int, steps: Optional[int], runs_dir: str) -
         manifest = json.loads((staging / "manifest.json").read_text()) | {"copied_from": str(source)}
         atomic.write_json(staging / "manifest.json", manifest)
         atomic.write_text(staging / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(wanted)))
+        target.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(target)
         written.append(target)
         print(f"{name}: {target.name} is {source} (the same configuration), copied", flush=True)

@@ -170,6 +170,7 @@ def test_the_truncation_sweep_copies_the_ratio_sweep_s_runs_as_its_uniform_point
     assert manifest["copied_from"] == str(ratio / "ratio=25-seed=0") and manifest["finished_step"] == 400
     assert "truncation=uniform" in yaml.safe_load((target / ".hydra" / "overrides.yaml").read_text())
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # seed 1 differs, seed 2 unfinished
+    assert sorted(p.name for p in target.parent.parent.iterdir()) == ["countdown-ratio", "countdown-truncation"]  # no copy left half-way
     (target / "final_eval.json").write_text(json.dumps({"greedy_accuracy": 0.9}))
     assert results.share_baseline("countdown-truncation", 3, None, str(runs_dir)) == []  # an existing copy is kept
     assert json.loads((target / "final_eval.json").read_text()) == {"greedy_accuracy": 0.9}
