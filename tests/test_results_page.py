@@ -190,7 +190,7 @@ def test_the_point_folder_is_the_one_tsctl_ablate_writes():
 def test_a_claim_is_summed_up_from_its_comparisons_verdicts():
     from tsctl.stages.report.claims import claim_status
 
-    lines = ["a: **better**.", "b: **not distinguishable**.", "c: 1 finished run(s), too few for an interval."]
+    lines = ["better", "not distinguishable", None]  # the verdicts of three comparisons, the last without an interval yet
     assert claim_status(lines, "better") == "**partly supported** so far: 1 of 2 comparison(s) say better; 1 more wait for finished runs"
     assert claim_status(lines[:1], "better") == "**supported**: 1 of 1 comparison(s) say better"
     assert claim_status(lines[1:], "better") == "**not supported** so far: 0 of 1 comparison(s) say better; 1 more wait for finished runs"

@@ -28,6 +28,7 @@ from tsctl.config.errors import ConfigError
 from tsctl.evaluation.nan_warnings import run_warnings
 from tsctl.io import atomic
 from tsctl.stages.report.attribution import attribution_csv, attribution_rows, markdown_section
+from tsctl.stages.report.claims import assess, is_ratio_sweep
 from tsctl.stages.report.claims import markdown_section as claims_section
 from tsctl.stages.report.compare import compare, default_baseline, parse_baseline, summarize
 from tsctl.stages.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder, revision_warnings
@@ -76,7 +77,8 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     warnings = [(NONFINITE, line) for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
     warnings += [(MIXED_CODE, line) for line in revision_warnings(points)]
     notes = "".join(f"\n**Warning: {kind}.** {line}\n" for kind, line in warnings)
-    claims = "" if single else claims_section(points, summary)
+    assessed = assess(points, summary, rows if chosen == {"ratio": "0"} else None) if not single and is_ratio_sweep(points) else []
+    claims = claims_section(assessed) if assessed else ""
     atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + claims + markdown_section(attribution, level) + notes)
     if attribution:
         atomic.write_text(out / "attribution.csv", attribution_csv(attribution))
@@ -85,8 +87,8 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
         atomic.write_text(out / "comparisons.csv", comparisons_csv(rows))
     if echo:
         print_tables(summary, rows, named, title, warnings)
-        if claims:
-            print_claims(points, summary)
+        if assessed:
+            print_claims(assessed)
     log_images(images, runs)
     return out
 

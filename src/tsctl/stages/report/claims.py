@@ -2,9 +2,9 @@
 
 A sweep whose only swept key is ``ratio``, with a ``ratio=0`` point and at least one seeded point, is a
 *ratio sweep*; ``tsctl report`` then adds a section saying, claim by claim, what its completed runs
-support. Each claim lists its paired comparisons (by seed; held-out metrics also by problem, from
-:func:`~tsctl.stages.report.compare.compare` against ``ratio=0``), every one with its interval and
-verdict, and sums them up (:func:`claim_status`):
+support. Each claim lists its paired comparisons (:class:`Finding`: by seed; held-out metrics also by
+problem, from :func:`~tsctl.stages.report.compare.compare` against ``ratio=0``), every one with its
+interval and verdict, and sums up their verdicts (:func:`claim_status`):
 
 (i) under plain on-policy training (``ratio=0``) entropy falls along the response position (the last
     position bin against the first, over the last 10% of steps) and over training (last 10% of steps
@@ -18,14 +18,13 @@ verdict, and sums them up (:func:`claim_status`):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 from tsctl.stages.report.compare import Row, Summary, compare
-from tsctl.stages.report.points import Point, Run, tail
+from tsctl.stages.report.points import Point, Run, final_values, mean_of, tail
 from tsctl.stages.report.stats import paired_difference, verdict
 
 BASELINE = "ratio=0"
@@ -33,20 +32,27 @@ BASELINE = "ratio=0"
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One comparison of a claim: its line of text (the verdict in bold when there is one) and its
+    verdict, None while too few runs have finished for an interval."""
+
+    text: str
+    verdict: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Claim:
-    """One claim: its title, the verdict each comparison needs for it to hold, and its comparisons
-    (one line each, the verdict in bold) from the sweep's points by label, the rows against ``ratio=0``
-    and the confidence level."""
+    """One claim: its title, the verdict each comparison needs for it to hold, and its comparisons from
+    the sweep's points by label, the rows against ``ratio=0`` and the confidence level."""
 
     title: str
     expected: str
-    comparisons: Callable[[dict[str, Point], list[Row], float], list[str]]
+    comparisons: Callable[[dict[str, Point], list[Row], float], list[Finding]]
 
 
 def _end_entropy(run: Run, key: str) -> Optional[float]:
     """Mean of ``key`` over the run's last 10% of training steps, None when no step logged it."""
-    values = [r[key] for r in tail(run.train_records) if key in r]
-    return float(np.mean(values)) if values else None
+    return mean_of(tail(run.train_records), key)
 
 
 def _position_bins(run: Run) -> list[str]:
@@ -55,21 +61,22 @@ def _position_bins(run: Run) -> list[str]:
     return sorted(labels, key=lambda label: int(label.split("-")[0].rstrip("+")))
 
 
-def paired_line(what: str, a: list[float], b: list[float], unit: str, level: float) -> str:
+def paired_finding(what: str, a: list[float], b: list[float], unit: str, level: float) -> Finding:
     """``what``: mean of a vs mean of b, the paired difference with its interval at ``level`` and
     p-value, and the verdict (``higher``/``lower``/``not distinguishable``)."""
     if len(a) < 2:
-        return f"{what}: {len(a)} finished run(s), too few for an interval."
+        return Finding(f"{what}: {len(a)} finished run(s), too few for an interval.")
     c = paired_difference(a, b, level)
-    return (f"{what}: {np.mean(a):.4g} vs {np.mean(b):.4g} {unit} (n={len(a)}); difference {c.diff.mean:+.4g} "
-            f"[{level:.0%} CI {c.diff.low:+.4g}, {c.diff.high:+.4g}], p={c.p_value:.3g}: **{verdict(c, None)}**.")
+    said = verdict(c, None)
+    return Finding(f"{what}: {np.mean(a):.4g} vs {np.mean(b):.4g} {unit} (n={len(a)}); difference {c.diff.mean:+.4g} "
+                   f"[{level:.0%} CI {c.diff.low:+.4g}, {c.diff.high:+.4g}], p={c.p_value:.3g}: **{said}**.", said)
 
 
-def entropy_falls(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
+def entropy_falls(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
     """(i) Under plain on-policy training entropy falls along the position and over training."""
     base = points.get(BASELINE)
     if base is None or not base.used:
-        return [f"no finished {BASELINE} run yet."]
+        return [Finding(f"no finished {BASELINE} run yet.")]
     lines = []
     runs = base.used
     bins = _position_bins(runs[0])
@@ -77,29 +84,30 @@ def entropy_falls(points: dict[str, Point], rows: list[Row], level: float) -> li
         first = [_end_entropy(r, f"entropy_by_pos/{bins[0]}") for r in runs]
         last = [_end_entropy(r, f"entropy_by_pos/{bins[-1]}") for r in runs]
         keep = [i for i in range(len(runs)) if first[i] is not None and last[i] is not None]
-        lines.append(paired_line(f"along the position (last 10% of steps), tokens {bins[-1]} minus tokens {bins[0]}",
+        lines.append(paired_finding(f"along the position (last 10% of steps), tokens {bins[-1]} minus tokens {bins[0]}",
                                  [last[i] for i in keep], [first[i] for i in keep], "nats/token", level))
     early = [float(np.mean([r["entropy"] for r in tail(run.train_records, last=False)])) for run in runs]
     late = [float(np.mean([r["entropy"] for r in tail(run.train_records)])) for run in runs]
-    lines.append(paired_line("over training, last 10% of steps minus first 10%", late, early, "nats/token", level))
+    lines.append(paired_finding("over training, last 10% of steps minus first 10%", late, early, "nats/token", level))
     return lines
 
 
-def prefix_clipped(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
-    """(ii) Prefix tokens are clipped far more often than suffix tokens."""
+def prefix_clipped(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
+    """(ii) Prefix tokens are clipped far more often than suffix tokens (:func:`~tsctl.stages.report.points.final_values`'
+    clipped % of each source's tokens over all steps)."""
     lines = []
     for label, point in points.items():
-        runs = [r for r in point.used if any("clipped_by_source/prefix" in x for x in r.train_records)]
-        if not runs:
+        values = [final_values(r) for r in point.used]
+        values = [v for v in values if "clipped_pct/prefix" in v and "clipped_pct/suffix" in v]
+        if not values:
             continue
-        prefix = [100 * float(np.mean([x["clipped_by_source/prefix"] for x in r.train_records if "clipped_by_source/prefix" in x])) for r in runs]
-        suffix = [100 * float(np.mean([x["clipped_by_source/suffix"] for x in r.train_records if "clipped_by_source/suffix" in x])) for r in runs]
+        prefix, suffix = [v["clipped_pct/prefix"] for v in values], [v["clipped_pct/suffix"] for v in values]
         times = np.mean(prefix) / max(np.mean(suffix), 1e-12)
-        lines.append(paired_line(f"{label}: clipped % of prefix minus suffix tokens ({times:.1f}x)", prefix, suffix, "%", level))
-    return lines or ["no finished seeded run yet."]
+        lines.append(paired_finding(f"{label}: clipped % of prefix minus suffix tokens ({times:.1f}x)", prefix, suffix, "%", level))
+    return lines or [Finding("no finished seeded run yet.")]
 
 
-def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
+def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
     """(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k."""
     lines = []
     for r in rows:
@@ -107,19 +115,19 @@ def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) ->
             c = r.by_problem or r.by_seed
             how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
             if np.isnan(c.diff.low):
-                lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f} "
-                             f"({len(r.seeds)} finished pair(s), too few for an interval).")
+                lines.append(Finding(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f} "
+                                     f"({len(r.seeds)} finished pair(s), too few for an interval)."))
                 continue
-            lines.append(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}, "
-                         f"difference {c.diff.mean:+.3f} [{level:.0%} CI {c.diff.low:+.3f}, {c.diff.high:+.3f}] ({how}): **{r.verdict}**.")
-    return lines or ["no paired comparison yet."]
+            lines.append(Finding(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}, "
+                                 f"difference {c.diff.mean:+.3f} [{level:.0%} CI {c.diff.low:+.3f}, {c.diff.high:+.3f}] ({how}): **{r.verdict}**.", r.verdict))
+    return lines or [Finding("no paired comparison yet.")]
 
 
-def seeded_entropy(points: dict[str, Point], rows: list[Row], level: float) -> list[str]:
+def seeded_entropy(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
     """(iv) Seeded runs keep a higher entropy (mean over the last 10% of steps, all tokens the rollout policy saw)."""
     base = points.get(BASELINE)
     if base is None:
-        return [f"no finished {BASELINE} run yet."]
+        return [Finding(f"no finished {BASELINE} run yet.")]
     base_by_seed = {r.seed: _end_entropy(r, "entropy") for r in base.used}
     lines = []
     for label, point in points.items():
@@ -129,8 +137,8 @@ def seeded_entropy(points: dict[str, Point], rows: list[Row], level: float) -> l
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
         if not pairs:  # its runs are still going
             continue
-        lines.append(paired_line(f"{label} minus {BASELINE}, entropy at the end of training", [a for a, _ in pairs], [b for _, b in pairs], "nats/token", level))
-    return lines or ["no finished seeded run yet."]
+        lines.append(paired_finding(f"{label} minus {BASELINE}, entropy at the end of training", [a for a, _ in pairs], [b for _, b in pairs], "nats/token", level))
+    return lines or [Finding("no finished seeded run yet.")]
 
 
 CLAIMS = [
@@ -141,10 +149,10 @@ CLAIMS = [
 ]
 
 
-def claim_status(lines: list[str], expected: str) -> str:
-    """What a claim's comparisons say together: how many of those with a verdict (``**...**``) say ``expected``."""
-    found = re.findall(r"\*\*([a-z ]+)\*\*", "\n".join(lines))
-    waiting = len(lines) - len(found)
+def claim_status(verdicts: list[Optional[str]], expected: str) -> str:
+    """What a claim's comparisons say together: how many of those with a verdict (None: still waiting) say ``expected``."""
+    found = [v for v in verdicts if v is not None]
+    waiting = len(verdicts) - len(found)
     if not found:
         return "**pending**: no comparison with an interval yet"
     agree = sum(v == expected for v in found)
@@ -159,22 +167,25 @@ def is_ratio_sweep(points: list[Point]) -> bool:
     return len(points) >= 2 and all(set(p.settings) == {"ratio"} for p in points) and any(p.label == BASELINE for p in points)
 
 
-def assess(points: list[Point], summary: Summary) -> list[tuple[Claim, str, list[str]]]:
-    """Every claim with its summed-up status and its comparison lines (see the module docstring)."""
-    rows = compare(summary, {"ratio": "0"})
+Assessed = list[tuple[Claim, str, list[str]]]
+"""Every claim with its summed-up status and the lines of its comparisons."""
+
+
+def assess(points: list[Point], summary: Summary, rows: Optional[list[Row]] = None) -> Assessed:
+    """Every claim with its summed-up status and its comparison lines (see the module docstring);
+    ``rows``: the comparisons against ``ratio=0`` when the caller has them already."""
+    rows = compare(summary, {"ratio": "0"}) if rows is None else rows
     by_label = {p.label: p for p in points}
     out = []
     for claim in CLAIMS:
-        lines = claim.comparisons(by_label, rows, summary.level)
-        out.append((claim, claim_status(lines, claim.expected), lines))
+        found = claim.comparisons(by_label, rows, summary.level)
+        out.append((claim, claim_status([f.verdict for f in found], claim.expected), [f.text for f in found]))
     return out
 
 
-def markdown_section(points: list[Point], summary: Summary) -> str:
-    """The ``summary.md`` section of a ratio sweep's claims; empty for any other sweep."""
-    if not is_ratio_sweep(points):
-        return ""
+def markdown_section(assessed: Assessed) -> str:
+    """The ``summary.md`` section of a ratio sweep's assessed claims."""
     parts = ["", "## The Thinking Seeds claims, as these runs see them", ""]
-    for claim, status, lines in assess(points, summary):
+    for claim, status, lines in assessed:
         parts += [f"- {claim.title}: {status}.", *(f"  - {line}" for line in lines)]
     return "\n".join(parts) + "\n"

@@ -7,7 +7,7 @@ import io
 import math
 from pathlib import Path
 
-from tsctl.stages.report.claims import assess
+from tsctl.stages.report.claims import Assessed
 from tsctl.stages.report.compare import Row, Summary
 from tsctl.stages.report.points import TAIL, Point, header
 from tsctl.stages.report.stats import Interval
@@ -189,10 +189,10 @@ def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title:
         console.print(f"[red]warning: {kind}:[/red] {line}", highlight=False, soft_wrap=True)
 
 
-def print_claims(points: list[Point], summary: Summary) -> None:
+def print_claims(assessed: Assessed) -> None:
     """Each of the method's claims with what the ratio sweep's comparisons say of it, on the console."""
     from tsctl.io.progress import console
 
     console.print("The Thinking Seeds claims, as these runs see them (details in summary.md):", highlight=False)
-    for claim, status, _ in assess(points, summary):
+    for claim, status, _ in assessed:
         console.print(f"  {claim.title}: {status.replace('**', '')}", highlight=False, soft_wrap=True)
