@@ -7,10 +7,15 @@ snapshot of a behaviour pool should write the seeds (``seeds.selector``), with w
     python scripts/results.py --render            # only rewrite the page from what has finished
 
 Every sweep is ``tsctl ablate experiment=results name=<sweep> ...``: rerunning the script skips finished
-points and resumes interrupted ones, so the page can be finished over several sittings. The page says
-how many runs each table stands on; a sweep with no finished run is listed as pending. The truncation
-and refresh sweeps' baseline points are the ratio sweep's ``ratio=25`` runs, copied (:data:`SHARED`), so
-run ``countdown-ratio`` first.
+points and resumes interrupted ones, so the page can be finished over several sittings, on several
+machines. Every finished run leaves its record (config, manifest, metrics, final evaluation; no
+checkpoint) in ``docs/results/<sweep>/runs/`` (:mod:`tsctl.io.run_records`), which is what the page is
+written from and what a later sitting restores into its runs folder instead of training the point again.
+A sweep's section (``section.md``) and, for a ratio sweep, its verdicts on the claims (``claims.json``) are
+kept beside its records: a sweep with no record keeps the section last written, one with neither is
+listed as pending. The page says how many runs each table stands on. The ratio sweep's ``ratio=25``,
+the truncation sweep's ``truncation=uniform`` and the refresh sweep's ``refresh=10`` points are one
+configuration: a seed's run trained in one of them is copied into the others (:data:`DEFAULT_RUN`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +35,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tsctl.io import atomic
+from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, config_changes
 from tsctl.stages.ablate import POINT_SEP, is_done
 from tsctl.stages.compose import compose_config
@@ -55,13 +62,10 @@ SWEEPS: dict[str, tuple[str, list[str], str]] = {
 """name -> (title, overrides, baseline). Ratio sweeps take ``--seeds`` seeds, the others ``--ablation-seeds``.
 Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
-SHARED: dict[str, tuple[str, str]] = {
-    "countdown-truncation": ("countdown-ratio", "ratio=25"),
-    "countdown-refresh": ("countdown-ratio", "ratio=25"),
-}
-"""sweep -> (sweep, point) whose finished runs are its baseline point's runs: ``truncation=uniform`` and
-``refresh=10`` are the defaults, so the ratio sweep's ``ratio=25`` runs are the very same configuration and are
-copied in (after a check of every key of their saved config) rather than trained again."""
+DEFAULT_RUN = {"countdown-ratio": "ratio=25", "countdown-truncation": "truncation=uniform", "countdown-refresh": "refresh=10"}
+"""sweep -> its point that is the default countdown run at ``ratio=25`` (``truncation=uniform`` and ``refresh=10``
+are the defaults): the same configuration in each of these sweeps, so a seed's run is trained in one of them
+and copied into the others (:func:`share_runs`, after a check of every key of its saved config)."""
 
 
 def point_folder(settings: list[str], seed: int) -> str:
@@ -70,50 +74,90 @@ def point_folder(settings: list[str], seed: int) -> str:
     return POINT_SEP.join(sorted([*settings, f"seed={seed}"]))
 
 
-def share_baseline(name: str, seeds: int, steps: Optional[int], runs_dir: str) -> list[Path]:
-    """Copy into sweep ``name`` the finished runs of the point :data:`SHARED` names as its baseline point's.
+def share_runs(name: str, seeds: int, steps: Optional[int], runs_dir: str) -> list[Path]:
+    """Copy into sweep ``name`` the finished runs of its :data:`DEFAULT_RUN` point that another sweep has.
 
-    A run is copied only when its saved config is, key by key, the config the baseline point would train
-    (place keys aside); a target folder that exists is left alone. The copy's config and manifest name its
-    new place and where it came from (``copied_from``). Returns the folders written.
+    A run is copied only when its saved config is, key by key, the config the point would train (place
+    keys aside); a target folder that exists is left alone. The copy's config and manifest name its new
+    place and where it came from (``copied_from``). Returns the folders written.
     """
-    if name not in SHARED:
+    if name not in DEFAULT_RUN:
         return []
-    source_sweep, source_point = SHARED[name]
-    _, overrides, baseline = SWEEPS[name]
-    point = [baseline if o.split("=", 1)[0] == baseline.split("=", 1)[0] else o for o in overrides]
+    _, overrides, _ = SWEEPS[name]
+    setting = DEFAULT_RUN[name]
+    point = [setting if o.split("=", 1)[0] == setting.split("=", 1)[0] else o for o in overrides]
     place = ["experiment=results", f"name={name}", f"runs_dir={runs_dir}"] + ([f"trainer.steps={steps}"] if steps else [])
     written = []
     for seed in range(seeds):
-        source = Path(runs_dir) / "results" / source_sweep / point_folder([source_point], seed)
-        target = Path(runs_dir) / "results" / name / point_folder([baseline], seed)
-        if target.exists() or not source.is_dir() or not is_done(RunDir(source)):
-            continue
-        wanted = [*point, f"seed={seed}", *place]
-        changes = config_changes(OmegaConf.load(source / "config.yaml"), compose_config(wanted).node)
-        if changes:
-            print(f"{name}: {source} is not the {baseline} point ({changes}); it will be trained", flush=True)
-            continue
-        staging = target.parent.parent / f".{name}-{target.name}.copying"  # outside the sweep: no report sees half a copy
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(".lock"))
-        config = OmegaConf.load(staging / "config.yaml")
-        config.experiment, config.name = f"results/{name}", target.name
-        atomic.write_text(staging / "config.yaml", OmegaConf.to_yaml(config))
-        manifest = json.loads((staging / "manifest.json").read_text()) | {"copied_from": str(source)}
-        atomic.write_json(staging / "manifest.json", manifest)
-        atomic.write_text(staging / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(wanted)))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(target)
-        written.append(target)
-        print(f"{name}: {target.name} is {source} (the same configuration), copied", flush=True)
+        target = Path(runs_dir) / "results" / name / point_folder([setting], seed)
+        sources = [Path(runs_dir) / "results" / other / point_folder([at], seed) for other, at in DEFAULT_RUN.items() if other != name]
+        for source in sources:
+            if target.exists() or not source.is_dir() or not is_done(RunDir(source)):
+                continue
+            wanted = [*point, f"seed={seed}", *place]
+            changes = config_changes(OmegaConf.load(source / "config.yaml"), compose_config(wanted).node)
+            if changes:
+                print(f"{name}: {source} is not the {setting} point ({changes}); not copied", flush=True)
+                continue
+            copy_run(source, target, name, wanted)
+            written.append(target)
+            print(f"{name}: {target.name} is {source} (the same configuration), copied", flush=True)
+    return written
+
+
+def copy_run(source: Path, target: Path, name: str, overrides: list[str]) -> None:
+    """Copy the finished run ``source`` to ``target`` of sweep ``name``, staged outside the sweep folder (no
+    report sees half a copy), with its config, manifest and Hydra overrides naming its new place."""
+    staging = target.parent.parent / f".{name}-{target.name}.copying"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(".lock"))
+    config = OmegaConf.load(staging / "config.yaml")
+    config.experiment, config.name = f"results/{name}", target.name
+    atomic.write_text(staging / "config.yaml", OmegaConf.to_yaml(config))
+    manifest = json.loads((staging / "manifest.json").read_text()) | {"copied_from": str(source)}
+    atomic.write_json(staging / "manifest.json", manifest)
+    atomic.write_text(staging / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(overrides)))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging.rename(target)
+
+
+def records_of(name: str) -> Path:
+    """The folder of sweep ``name``'s run records, one per finished point and seed."""
+    return FIGURES / name / "runs"
+
+
+def keep_records(name: str, runs_dir: Path) -> list[Path]:
+    """Record every finished run of sweep ``name`` under ``runs_dir`` that has no record yet (an existing
+    record is never overwritten: a run trains to the same numbers on the same code). Returns the records written."""
+    folder = Path(runs_dir) / "results" / name
+    written = []
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        target = records_of(name) / run.name
+        if not target.exists() and is_done(RunDir(run)):
+            save_record(run, target)
+            written.append(target)
+    return written
+
+
+def restore_records(name: str, runs_dir: Path) -> list[Path]:
+    """Write under ``runs_dir`` a finished run folder for every record of sweep ``name`` that has no folder
+    there, so that ``tsctl ablate`` skips the point. Returns the folders written."""
+    folder = Path(runs_dir) / "results" / name
+    written = []
+    for record in sorted(p for p in records_of(name).iterdir() if is_record(p)) if records_of(name).is_dir() else []:
+        if not (folder / record.name).exists():
+            restore_record(record, folder / record.name)
+            written.append(folder / record.name)
     return written
 
 
 def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: str) -> None:
-    """``tsctl ablate`` the sweep (resumes what exists); a failed point does not stop the others."""
+    """``tsctl ablate`` the sweep (resumes what exists, skips what has a record); a failed point does not
+    stop the others. Every finished run's record is kept."""
     _, overrides, baseline = SWEEPS[name]
-    share_baseline(name, seeds, steps, runs_dir)
+    for sweep in {name} | (set(DEFAULT_RUN) if name in DEFAULT_RUN else set()):  # the sweeps share_runs copies from too
+        restore_records(sweep, Path(runs_dir))
+    share_runs(name, seeds, steps, runs_dir)
     args = [*overrides, f"seed={','.join(map(str, range(seeds)))}", "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
     if steps:
         args.append(f"trainer.steps={steps}")
@@ -121,6 +165,7 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
         args += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
     print(f"== {name}: tsctl ablate {' '.join(args)}", flush=True)
     subprocess.run([sys.executable, "-m", "tsctl", "ablate", *args], check=False)
+    keep_records(name, Path(runs_dir))
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -138,9 +183,10 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
         return lines + [f"Pending: no run yet (`python scripts/results.py --only {name}`).", ""], [], None
     points = group_points(runs)
     key, value = baseline.split("=", 1)
-    alone = len(points) == 1 and all(str(r.settings.get(key)) == value for r in runs)
-    if alone:  # only the baseline's runs so far: name their point, nothing to compare with yet
-        points[0].label, points[0].settings = baseline, {key: value}
+    values = sorted({str(r.settings.get(key)) for r in runs})
+    alone = len(points) == 1 and len(values) == 1
+    if alone:  # one point's runs so far (the baseline's or copied ones): name it, nothing to compare with yet
+        points[0].label, points[0].settings = f"{key}={values[0]}", {key: values[0]}
     summary = summarize(points)
     rows = compare(summary, {key: value}) if not alone else []
     out = report(folder, echo=False, baseline=None if alone else baseline)
@@ -150,7 +196,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     for image in images:
         shutil.copyfile(image, target / image.name)
     finished = sum(1 for r in runs if r.status == "completed")
-    lines += [f"Finished so far: {finished} run(s); a point whose runs are still going shows 0 completed, one not started has no row.", ""]
+    lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
@@ -181,43 +227,56 @@ def same_setting_check(point: Point, resamples: int = 2000) -> list[str]:
 
 
 def provenance(name: str, finished: list[Run]) -> list[str]:
-    """Which code the finished runs ran, how long their training took, and which of them are copies (:data:`SHARED`)."""
+    """Which code the finished runs ran, how long their training took, and which of them are copies (:data:`DEFAULT_RUN`)."""
     if not finished:
         return []
     revisions = sorted({(r.revision or "unknown")[:7] for r in finished})
     minutes = [sum(x.get("time/step", 0.0) for x in r.train_records) / 60 for r in finished]
     lines = [f"Code: git revision {', '.join(revisions)}. Training took {np.mean(minutes):.0f} min per run "
              f"({min(minutes):.0f}-{max(minutes):.0f}; the sum of the step times, held-out evaluations aside).", ""]
-    copied = [r for r in finished if RunDir(r.path).manifest().get("copied_from")]
-    if copied:
-        source_sweep, source_point = SHARED[name]
-        lines += [f"The {SWEEPS[name][2]} runs of seeds {', '.join(str(r.seed) for r in copied)} are the {source_sweep} sweep's "
-                  f"{source_point} runs, copied: the same configuration, checked key by key.", ""]
+    copied: dict[str, list[str]] = {}
+    for run in finished:
+        source = RunDir(run.path).manifest().get("copied_from")
+        if source:
+            copied.setdefault(Path(source).parent.name, []).append(str(run.seed))
+    for source_sweep, seeds in sorted(copied.items()):
+        lines += [f"The {DEFAULT_RUN[name]} runs of seeds {', '.join(seeds)} are the {source_sweep} sweep's "
+                  f"{DEFAULT_RUN.get(source_sweep, 'same')} runs, copied: the same configuration, checked key by key.", ""]
     return lines
 
 
-def render(runs_dir: Path) -> str:
-    """The whole page from the sweeps as they stand."""
-    body, ratio_sweeps = [], []
-    for name in SWEEPS:
-        lines, points, summary = section(name, runs_dir)
-        body += lines
-        if name.endswith("-ratio") and summary is not None:
-            ratio_sweeps.append((name, points, summary))
-    assessed = [(name, assess(points, summary)) for name, points, summary in ratio_sweeps]
+def render(runs_dir: Optional[Path] = None) -> str:
+    """The whole page from the sweeps' records, after keeping the records of the finished runs under
+    ``runs_dir`` (when given). A sweep with records has its section and claims written again (and kept
+    beside its records); one without keeps those last written."""
+    body, claim_blocks = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SWEEPS:
+            if runs_dir is not None:
+                keep_records(name, runs_dir)
+            if restore_records(name, Path(tmp)):
+                lines, points, summary = section(name, Path(tmp))
+                atomic.write_text(FIGURES / name / "section.md", "\n".join(lines) + "\n")
+                if name.endswith("-ratio") and summary is not None:
+                    found = [{"status": status, "lines": lines} for _, status, lines in assess(points, summary)]
+                    atomic.write_json(FIGURES / name / "claims.json", found)
+            kept = FIGURES / name / "section.md"
+            body += kept.read_text().splitlines() if kept.is_file() else section(name, Path(tmp))[0]
+            if (FIGURES / name / "claims.json").is_file():
+                claim_blocks.append((name, json.loads((FIGURES / name / "claims.json").read_text())))
     claims = ["## The method's claims, as these runs see them", ""]
     for i, claim in enumerate(CLAIMS):
         claims += [f"### {claim.title}", ""]
-        if not assessed:
+        if not claim_blocks:
             claims += ["- no ratio sweep has finished runs yet."]
-        for name, found in assessed:
-            _, status, lines = found[i]
-            claims += [f"- {name}, in sum: {status}.", *(f"  - {line}" for line in lines)]
+        for name, found in claim_blocks:
+            claims += [f"- {name}, in sum: {found[i]['status']}.", *(f"  - {line}" for line in found[i]["lines"])]
         claims.append("")
     head = [
         "# Results",
         "",
-        "Regenerate with `python scripts/results.py` (resumable; `--render` rewrites this page from what has finished).",
+        "Regenerate with `python scripts/results.py` (resumable; `--render` rewrites this page from the finished runs' records",
+        "in `docs/results/<sweep>/runs/`, which a later `python scripts/results.py` restores instead of training them again).",
         "Every run is `tsctl train` on the built-in model at the default settings unless the sweep says otherwise;",
         "each point is several seeds, paired by seed in every comparison. 95% intervals throughout.",
         "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`) beside other work, so their",
@@ -235,7 +294,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--steps", type=int, default=None, help="trainer.steps of every run (default: the default run's length)")
     parser.add_argument("--jobs", type=int, default=1, help="points in parallel (joblib), each with its share of the cores")
     parser.add_argument("--runs-dir", default="runs", help="runs_dir of the sweeps (default runs)")
-    parser.add_argument("--render", action="store_true", help="do not run anything; only rewrite the page")
+    parser.add_argument("--render", action="store_true", help="train nothing: keep the records of the runs finished under --runs-dir and rewrite the page")
     parser.add_argument("--page", type=Path, default=PAGE, help=f"where to write the page (default {PAGE.relative_to(ROOT)})")
     args = parser.parse_args(argv)
     if not args.render:

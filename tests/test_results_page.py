@@ -83,7 +83,7 @@ def test_a_sweep_with_only_its_baseline_finished_shows_it_and_waits_for_the_rest
     assert "Finished so far: 2 run(s)" in page and "| ratio=0 | 2/2 |" in page and "Paired against" not in page
 
 
-def test_a_seeded_point_still_running_waits_without_numbers(results, tmp_path):
+def test_a_seeded_point_still_running_is_neither_recorded_nor_shown(results, tmp_path):
     sweep = tmp_path / "runs" / "results" / "countdown-ratio"
     for seed in range(2):
         fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
@@ -94,7 +94,8 @@ def test_a_seeded_point_still_running_waits_without_numbers(results, tmp_path):
     page = results.render(tmp_path / "runs")
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
     assert claims.count("no finished seeded run yet.") == 2 and "too few" not in claims
-    assert "| ratio=25 | 0/1 |" in page and "Finished so far: 2 run(s)" in page
+    assert "| ratio=25 |" not in page and "Finished so far: 2 run(s)" in page
+    assert sorted(p.name for p in results.records_of("countdown-ratio").iterdir()) == ["ratio=0-seed=0", "ratio=0-seed=1"]
 
 
 def fake_selector_point(folder: Path, selector: str, seed: int, accuracy: float) -> None:
@@ -159,8 +160,8 @@ def test_the_truncation_sweep_copies_the_ratio_sweep_s_runs_as_its_uniform_point
     write_trained_run(ratio / "ratio=25-seed=2", ["task=countdown", "ratio=25", "seed=2", *place])
     (ratio / "ratio=25-seed=2" / "manifest.json").write_text(json.dumps({"status": "running"}))  # not finished
 
-    assert results.share_baseline("countdown-truncation", 3, 150, str(runs_dir)) == []  # trainer.steps=150 is another config
-    written = results.share_baseline("countdown-truncation", 3, None, str(runs_dir))
+    assert results.share_runs("countdown-truncation", 3, 150, str(runs_dir)) == []  # trainer.steps=150 is another config
+    written = results.share_runs("countdown-truncation", 3, None, str(runs_dir))
 
     target = runs_dir / "results" / "countdown-truncation" / "seed=0-truncation=uniform"
     assert written == [target]
@@ -172,10 +173,30 @@ def test_the_truncation_sweep_copies_the_ratio_sweep_s_runs_as_its_uniform_point
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # seed 1 differs, seed 2 unfinished
     assert sorted(p.name for p in target.parent.parent.iterdir()) == ["countdown-ratio", "countdown-truncation"]  # no copy left half-way
     (target / "final_eval.json").write_text(json.dumps({"greedy_accuracy": 0.9}))
-    assert results.share_baseline("countdown-truncation", 3, None, str(runs_dir)) == []  # an existing copy is kept
+    assert results.share_runs("countdown-truncation", 3, None, str(runs_dir)) == []  # an existing copy is kept
     assert json.loads((target / "final_eval.json").read_text()) == {"greedy_accuracy": 0.9}
     page = "\n".join(results.section("countdown-truncation", runs_dir)[0])
     assert "The truncation=uniform runs of seeds 0 are the countdown-ratio sweep's ratio=25 runs, copied" in page
+
+
+def test_the_default_run_trained_in_one_sweep_is_copied_into_the_others_and_the_page_says_from_where(results, tmp_path):
+    runs_dir = tmp_path / "runs"
+    place = ["experiment=results", f"runs_dir={runs_dir}"]
+    refresh = runs_dir / "results" / "countdown-refresh"
+    write_trained_run(refresh / "refresh=10-seed=0", ["task=countdown", "ratio=25", "refresh=10", "seed=0", *place])
+    write_trained_run(refresh / "refresh=5-seed=0", ["task=countdown", "ratio=25", "refresh=5", "seed=0", *place])
+    truncation = runs_dir / "results" / "countdown-truncation"
+    write_trained_run(truncation / "seed=1-truncation=uniform", ["task=countdown", "ratio=25", "truncation=uniform", "seed=1", *place])
+
+    ratio = runs_dir / "results" / "countdown-ratio"
+    assert results.share_runs("countdown-ratio", 3, None, str(runs_dir)) == [ratio / "ratio=25-seed=0", ratio / "ratio=25-seed=1"]
+    assert results.share_runs("countdown-truncation", 3, None, str(runs_dir)) == [truncation / "seed=0-truncation=uniform"]
+    assert results.share_runs("countdown-refresh", 3, None, str(runs_dir)) == [refresh / "refresh=10-seed=1"]
+    assert not (ratio / "ratio=5-seed=0").exists() and not (truncation / "seed=0-truncation=fixed").exists()  # only the default run
+    assert yaml.safe_load((ratio / "ratio=25-seed=1" / ".hydra" / "overrides.yaml").read_text())[:3] == ["task=countdown", "ratio=25", "seed=1"]
+    page = "\n".join(results.section("countdown-ratio", runs_dir)[0])
+    assert "The ratio=25 runs of seeds 0 are the countdown-refresh sweep's refresh=10 runs, copied" in page
+    assert "The ratio=25 runs of seeds 1 are the countdown-truncation sweep's truncation=uniform runs, copied" in page
 
 
 def test_the_point_folder_is_the_one_tsctl_ablate_writes():
@@ -211,3 +232,41 @@ def test_the_same_setting_check_counts_seed_pairs_the_per_problem_test_calls_dif
     assert lines[0].startswith("Same-setting check: the 6 pairs of ratio=0 seeds, compared problem by problem as two settings are, "
                                "were called different 3 time(s) (p from 0.00 to ")
     assert results.same_setting_check(Point("ratio=0", {}, alike[:2], alike[:2])) == []  # one pair says nothing
+
+
+def test_the_page_is_written_again_from_the_records_once_the_runs_are_gone(results, tmp_path):
+    import shutil
+
+    runs_dir = tmp_path / "runs"
+    for seed in range(3):
+        fake_point(runs_dir / "results" / "countdown-ratio" / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
+        fake_point(runs_dir / "results" / "countdown-ratio" / f"ratio=25-seed={seed}", 25, seed, 0.42 + 0.01 * seed)
+    page = results.render(runs_dir)
+    shutil.rmtree(runs_dir)
+    assert results.render() == page  # records alone
+    assert "Finished so far: 6 run(s), each recorded in `docs/results/countdown-ratio/runs/`" in page
+
+    shutil.rmtree(results.records_of("countdown-ratio"))
+    assert results.render() == page  # no record: the section and the claims last written are kept
+    (tmp_path / "figures" / "countdown-ratio" / "section.md").unlink()
+    (tmp_path / "figures" / "countdown-ratio" / "claims.json").unlink()
+    assert "Pending: no run yet (`python scripts/results.py --only countdown-ratio`)" in results.render()
+
+
+def test_a_later_sitting_restores_the_records_instead_of_training_them_and_never_overwrites_one(results, tmp_path):
+    from tsctl.io.runs import RunDir
+    from tsctl.stages.ablate import is_done
+
+    first, later = tmp_path / "first", tmp_path / "later"
+    fake_point(first / "results" / "countdown-refresh" / "refresh=5-seed=0", 25, 0, 0.41)
+    fake_point(first / "results" / "countdown-refresh" / "refresh=5-seed=1", 25, 1, 0.42)
+    (first / "results" / "countdown-refresh" / "refresh=5-seed=1" / "final_eval.json").unlink()  # not finished
+    assert results.keep_records("countdown-refresh", first) == [results.records_of("countdown-refresh") / "refresh=5-seed=0"]
+
+    (first / "results" / "countdown-refresh" / "refresh=5-seed=0" / "final_eval.json").write_text(json.dumps({"greedy_accuracy": 0.9}))
+    assert results.keep_records("countdown-refresh", first) == []  # the record stays as it was
+    fake_point(later / "results" / "countdown-refresh" / "refresh=20-seed=0", 25, 0, 0.43)  # this sitting's own run
+    restored = results.restore_records("countdown-refresh", later)
+    assert restored == [later / "results" / "countdown-refresh" / "refresh=5-seed=0"]
+    assert is_done(RunDir(restored[0])) and json.loads((restored[0] / "final_eval.json").read_text())["greedy_accuracy"] == 0.41
+    assert results.restore_records("countdown-refresh", later) == []  # an existing folder is left alone
