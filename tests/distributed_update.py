@@ -93,8 +93,10 @@ def main(out: Path, single_checkpoint: Path) -> None:
         params, moments = dict(full_tensors(model)), full_moments(model, optimizer)
         if world.main:
             torch.save({"params": params, "moments": moments}, out / "loaded-from-one.pt")
-    finally:
-        ranks.stop()
+    except BaseException:
+        ranks.stop(clean=False)
+        raise
+    ranks.stop()
 
 
 class _NoEngine:

@@ -145,3 +145,40 @@ def test_a_two_rank_run_killed_resumes_to_the_same_metrics_and_on_one_process(ru
     assert to_one[:3] == whole[:3]  # kept as written by the two ranks
     manifest = json.loads((runs / "to-one" / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["started_step"] == 2
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_leaving_the_process_group_waits_for_the_other_ranks_only_on_a_clean_exit(monkeypatch, clean):
+    from tsctl.distributed import world as ranks
+
+    calls: list[str] = []
+    monkeypatch.setattr(ranks.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(ranks.dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(ranks.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    ranks.stop(clean=clean)
+    assert calls == (["barrier", "destroy"] if clean else ["destroy"])
+    assert ranks.current() is ranks.SINGLE
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_train_leaves_the_process_group_cleanly_only_when_it_did_not_fail(monkeypatch, fails):
+    from types import SimpleNamespace
+
+    from tsctl.stages import train as train_stage
+
+    left: list[bool] = []
+
+    def body(composed, world):
+        if fails:
+            raise RuntimeError("rank failed")
+        return "run"
+
+    monkeypatch.setattr(train_stage, "_train", body)
+    monkeypatch.setattr(train_stage.ranks, "stop", lambda clean=True: left.append(clean))
+    composed = SimpleNamespace(cfg=SimpleNamespace(model=SimpleNamespace(dtype="float32", device="cpu")))
+    if fails:
+        with pytest.raises(RuntimeError, match="rank failed"):
+            train_stage.train(composed)
+    else:
+        assert train_stage.train(composed) == "run"
+    assert left == [not fails]

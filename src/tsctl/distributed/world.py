@@ -80,10 +80,17 @@ def start(cuda: bool) -> World:
     return world
 
 
-def stop() -> None:
-    """Leave the process group (if this process joined one)."""
+def stop(clean: bool = True) -> None:
+    """Leave the process group (if this process joined one).
+
+    On a clean exit every rank first waits for the others (a barrier), so that none tears down its gloo
+    connections while a peer is still finishing its last collective (the peer then aborts). After an error
+    no rank waits: the others may never come, and ``torchrun`` stops them when this one exits.
+    """
     global _current
     if dist.is_initialized():
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()
     _current = SINGLE
 

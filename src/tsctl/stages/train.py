@@ -108,10 +108,14 @@ def train(composed: Composed) -> RunDir:
     quiet = console.quiet
     console.quiet = quiet or not world.main
     try:
-        return _train(composed, world)
+        run = _train(composed, world)
+    except BaseException:
+        ranks.stop(clean=False)
+        raise
     finally:
         console.quiet = quiet
-        ranks.stop()
+    ranks.stop()
+    return run
 
 
 def _train(composed: Composed, world: ranks.World) -> RunDir:
