@@ -63,3 +63,31 @@ def test_a_damaged_record_names_itself_and_the_fix_and_writes_nothing(tmp_path):
     with pytest.raises(RunError, match="is not a run folder"):
         save_record(tmp_path / "record", tmp_path / "other")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record", "run"]  # no staged folder left behind
+
+
+def test_tsctl_report_reads_a_folder_of_records_as_it_reads_the_runs(tmp_path):
+    from tsctl.stages.report import report
+
+    for ratio in (0, 25):
+        for seed in range(2):
+            run = finished_run(tmp_path / "sweep" / f"ratio={ratio}-seed={seed}")
+            (run / ".hydra" / "overrides.yaml").write_text(f"- ratio={ratio}\n- seed={seed}\n")
+            (run / "config.yaml").write_text(f"ratio: {ratio}\nseed: {seed}\n")
+            (run / "final_eval.json").write_text(json.dumps({"greedy_accuracy": 0.4 + 0.01 * seed + 0.001 * ratio}))
+            entropy = [0.5 - 0.01 * s * (1 + seed) + 0.001 * ratio for s in range(1, 11)]
+            steps = (json.dumps({"step": s, "entropy": e, "entropy_by_source/plain": e}) + "\n" for s, e in enumerate(entropy, 1))
+            (run / "metrics.jsonl").write_text("".join(steps))
+            save_record(run, tmp_path / "records" / run.name)
+    from_runs = (report(tmp_path / "sweep", echo=False) / "summary.csv").read_text()
+    from_records = (report(tmp_path / "records", echo=False) / "summary.csv").read_text()
+    assert from_records == from_runs
+    # the last step's entropy (the last 10% of 10 steps): 0.4 and 0.3 by seed at ratio 0, 0.025 more at ratio 25
+    assert "ratio=0,0,2,2,2,0.405," in from_runs and ",0.35,0.0707107," in from_runs and ",0.375,0.0707107," in from_runs
+    assert len(RunDir(tmp_path / "records" / "ratio=0-seed=1").read_metrics()) == 10
+
+
+def test_damaged_metrics_of_a_record_stop_the_report_with_the_fix(tmp_path):
+    save_record(finished_run(tmp_path / "run"), tmp_path / "record")
+    (tmp_path / "record" / "metrics.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(RunError, match=r"record/metrics.jsonl.gz is damaged .*delete .*record and train that point again"):
+        RunDir(tmp_path / "record").read_metrics()

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import zlib
 from pathlib import Path
 
 from tsctl.io import atomic
-from tsctl.io.runs import RunError
+from tsctl.io.runs import METRICS_GZ, RunError, gunzip_metrics
 
 COPIED = ("config.yaml", "manifest.json", "final_eval.json", ".hydra/overrides.yaml")
 """Files copied as they are (those the run has)."""
 
-METRICS, METRICS_GZ = "metrics.jsonl", "metrics.jsonl.gz"
+METRICS = "metrics.jsonl"
 
 
 def is_record(path: Path) -> bool:
@@ -53,10 +52,7 @@ def restore_record(record: Path, run: Path) -> None:
     """
     if not is_record(record):
         raise RunError(f"{record} is not a run record (no manifest.json or {METRICS_GZ})")
-    try:
-        metrics = gzip.decompress((record / METRICS_GZ).read_bytes())
-    except (OSError, EOFError, zlib.error) as err:
-        raise RunError(f"{record / METRICS_GZ} is damaged ({err}); delete {record} and train that point again") from None
+    metrics = gunzip_metrics(record)
     with atomic.staged_dir(run) as staged:
         _copy_listed(record, staged)
         (staged / METRICS).write_bytes(metrics)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import json
 import os
 import platform
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +33,9 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.io import atomic
 from tsctl.io.progress import console
 from tsctl.io.run_lock import RunBusy, RunLock, clean_temp
+
+METRICS_GZ = "metrics.jsonl.gz"
+"""A run record's metrics (:mod:`tsctl.io.run_records`): ``metrics.jsonl`` gzipped, read where ``metrics.jsonl`` is absent."""
 
 SEEDS_FILE, ROLLOUTS_FILE = "seeds.parquet", "rollouts.parquet"
 """The shards ``tsctl seed`` and ``tsctl rollout`` write into :func:`shard_dir`."""
@@ -119,11 +124,20 @@ class RunDir:
             f.flush()
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """All complete records of ``metrics.jsonl`` (a torn last line is ignored)."""
-        if not self.metrics_file.is_file():
+        """All complete records of ``metrics.jsonl`` (a torn last line is ignored), or of a run record's
+        :data:`METRICS_GZ` where the folder has no ``metrics.jsonl``.
+
+        Raises:
+            RunError: the gzipped metrics are damaged.
+        """
+        if self.metrics_file.is_file():
+            text = self.metrics_file.read_text()
+        elif (self.path / METRICS_GZ).is_file():
+            text = gunzip_metrics(self.path).decode()
+        else:
             return []
         records = []
-        for line in self.metrics_file.read_text().splitlines():
+        for line in text.splitlines():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
@@ -134,6 +148,19 @@ class RunDir:
         """Drop records of steps after ``after_step`` (work a killed run did past its checkpoint)."""
         kept = [r for r in self.read_metrics() if r.get("step", -1) <= after_step]
         atomic.write_text(self.metrics_file, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+
+
+def gunzip_metrics(folder: Path) -> bytes:
+    """The bytes of ``folder``'s :data:`METRICS_GZ`.
+
+    Raises:
+        RunError: the file is damaged (the fix: delete the folder and train that point again).
+    """
+    path = folder / METRICS_GZ
+    try:
+        return gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, zlib.error) as err:
+        raise RunError(f"{path} is damaged ({err}); delete {folder} and train that point again") from None
 
 
 def locate_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
