@@ -128,14 +128,21 @@ def records_of(name: str) -> Path:
 
 def keep_records(name: str, runs_dir: Path) -> list[Path]:
     """Record every finished run of sweep ``name`` under ``runs_dir`` that has no record yet (an existing
-    record is never overwritten: a run trains to the same numbers on the same code). Returns the records written."""
+    record is never overwritten: a run trains to the same numbers on the same code). The page is about runs
+    of the default length: a run of other ``trainer.steps`` (``--steps``) is left out. Returns the records written."""
     folder = Path(runs_dir) / "results" / name
+    default_steps = compose_config([]).cfg.trainer.steps
     written = []
     for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
         target = records_of(name) / run.name
-        if not target.exists() and is_done(RunDir(run)):
-            save_record(run, target)
-            written.append(target)
+        if target.exists() or not is_done(RunDir(run)):
+            continue
+        steps = OmegaConf.select(OmegaConf.load(run / "config.yaml"), "trainer.steps", default=default_steps)
+        if steps != default_steps:
+            print(f"{name}: {run.name} ran trainer.steps={steps}, not the default {default_steps}; no record kept", flush=True)
+            continue
+        save_record(run, target)
+        written.append(target)
     return written
 
 
@@ -155,7 +162,8 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
     """``tsctl ablate`` the sweep (resumes what exists, skips what has a record); a failed point does not
     stop the others. Every finished run's record is kept."""
     _, overrides, baseline = SWEEPS[name]
-    for sweep in {name} | (set(DEFAULT_RUN) if name in DEFAULT_RUN else set()):  # the sweeps share_runs copies from too
+    sources = set(DEFAULT_RUN) if name in DEFAULT_RUN else set()  # the sweeps share_runs copies from
+    for sweep in ({name} | sources) if steps is None else ():  # records are runs of the default length
         restore_records(sweep, Path(runs_dir))
     share_runs(name, seeds, steps, runs_dir)
     args = [*overrides, f"seed={','.join(map(str, range(seeds)))}", "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
@@ -291,7 +299,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--only", nargs="+", choices=list(SWEEPS), help="run only these sweeps (the page still shows all)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds of the ratio sweeps (default 5)")
     parser.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the truncation and refresh sweeps (default 3)")
-    parser.add_argument("--steps", type=int, default=None, help="trainer.steps of every run (default: the default run's length)")
+    parser.add_argument("--steps", type=int, default=None, help="trainer.steps of every run (default: the default run's length; runs of another length "
+                        "keep no record, so they stay off the page: a quick look, `tsctl report` on their sweep folder)")
     parser.add_argument("--jobs", type=int, default=1, help="points in parallel (joblib), each with its share of the cores")
     parser.add_argument("--runs-dir", default="runs", help="runs_dir of the sweeps (default runs)")
     parser.add_argument("--render", action="store_true", help="train nothing: keep the records of the runs finished under --runs-dir and rewrite the page")

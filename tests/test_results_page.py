@@ -270,3 +270,18 @@ def test_a_later_sitting_restores_the_records_instead_of_training_them_and_never
     assert restored == [later / "results" / "countdown-refresh" / "refresh=5-seed=0"]
     assert is_done(RunDir(restored[0])) and json.loads((restored[0] / "final_eval.json").read_text())["greedy_accuracy"] == 0.41
     assert results.restore_records("countdown-refresh", later) == []  # an existing folder is left alone
+
+
+def test_a_run_of_another_length_is_neither_recorded_nor_given_records(results, tmp_path, monkeypatch):
+    runs_dir = tmp_path / "runs"
+    fake_point(runs_dir / "results" / "countdown-refresh" / "refresh=5-seed=0", 25, 0, 0.41)
+    short = runs_dir / "results" / "countdown-refresh" / "refresh=5-seed=1"
+    fake_point(short, 25, 1, 0.42)
+    (short / "config.yaml").write_text(yaml.safe_dump({"ratio": 25, "seed": 1, "trainer": {"steps": 150}}))
+    assert results.keep_records("countdown-refresh", runs_dir) == [results.records_of("countdown-refresh") / "refresh=5-seed=0"]
+
+    monkeypatch.setattr(results.subprocess, "run", lambda *args, **kwargs: None)  # no training here
+    results.run_sweep("countdown-refresh", 2, 150, 1, str(tmp_path / "short"))
+    assert not (tmp_path / "short" / "results" / "countdown-refresh").exists()  # the default-length record is not restored
+    results.run_sweep("countdown-refresh", 2, None, 1, str(tmp_path / "default"))
+    assert (tmp_path / "default" / "results" / "countdown-refresh" / "refresh=5-seed=0" / "metrics.jsonl").is_file()
