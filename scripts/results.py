@@ -11,8 +11,9 @@ points and resumes interrupted ones, so the page can be finished over several si
 machines. Every finished run leaves its record (config, manifest, metrics, final evaluation; no
 checkpoint) in ``docs/results/<sweep>/runs/`` (:mod:`tsctl.io.run_records`), which is what the page is
 written from and what a later sitting restores into its runs folder instead of training the point again.
-A sweep's section (``section.md``) and, for a ratio sweep, its verdicts on the claims (``claims.json``) are
-kept beside its records: a sweep with no record keeps the section last written, one with neither is
+A sweep's section (``section.md``) and, for a ratio sweep, its verdicts on the claims (``section.json``)
+are kept beside its records: a sweep with fewer records than the runs its kept section stands on (none,
+on a new machine, for runs trained before records were kept) shows that section, one with neither is
 listed as pending. The page says how many runs each table stands on. The ratio sweep's ``ratio=25``,
 the truncation sweep's ``truncation=uniform`` and the refresh sweep's ``refresh=10`` points are one
 configuration: a seed's run trained in one of them is copied into the others (:data:`DEFAULT_RUN`).
@@ -253,25 +254,45 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
     return lines
 
 
+def sweep_part(name: str, scratch: Path) -> tuple[list[str], Optional[list[dict]]]:
+    """Sweep ``name``'s section of the page and, for a ratio sweep, its verdict on each claim (status, lines).
+
+    They are written anew from the sweep's records (restored under ``scratch``) when these are at least as
+    many as the runs the kept section stands on, and then kept (``section.md``, ``section.json``); else the
+    kept ones are shown, so a sweep trained again does not shrink the page until it has caught up.
+    """
+    kept_md, kept_json = FIGURES / name / "section.md", FIGURES / name / "section.json"
+    kept = json.loads(kept_json.read_text()) if kept_json.is_file() else {"runs": 0, "claims": None}
+    restored = restore_records(name, scratch)
+    if restored and len(restored) >= kept["runs"]:
+        lines, points, summary = section(name, scratch)
+        claims = None
+        if name.endswith("-ratio") and summary is not None:
+            claims = [{"status": status, "lines": found} for _, status, found in assess(points, summary)]
+        atomic.write_text(kept_md, "\n".join(lines) + "\n")
+        atomic.write_json(kept_json, {"runs": len(restored), "claims": claims})
+        return lines, claims
+    if not kept_md.is_file():
+        return section(name, scratch)[0], None  # pending
+    lines = kept_md.read_text().splitlines()
+    if restored:
+        lines += [f"`docs/results/{name}/runs/` holds {len(restored)} record(s) so far: this section is written anew from "
+                  f"them once they are as many as the {kept['runs']} run(s) it stands on.", ""]
+    return lines, kept["claims"]
+
+
 def render(runs_dir: Optional[Path] = None) -> str:
-    """The whole page from the sweeps' records, after keeping the records of the finished runs under
-    ``runs_dir`` (when given). A sweep with records has its section and claims written again (and kept
-    beside its records); one without keeps those last written."""
+    """The whole page from the sweeps' records (:func:`sweep_part`), after keeping the records of the
+    finished runs under ``runs_dir`` (when given)."""
     body, claim_blocks = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in SWEEPS:
             if runs_dir is not None:
                 keep_records(name, runs_dir)
-            if restore_records(name, Path(tmp)):
-                lines, points, summary = section(name, Path(tmp))
-                atomic.write_text(FIGURES / name / "section.md", "\n".join(lines) + "\n")
-                if name.endswith("-ratio") and summary is not None:
-                    found = [{"status": status, "lines": lines} for _, status, lines in assess(points, summary)]
-                    atomic.write_json(FIGURES / name / "claims.json", found)
-            kept = FIGURES / name / "section.md"
-            body += kept.read_text().splitlines() if kept.is_file() else section(name, Path(tmp))[0]
-            if (FIGURES / name / "claims.json").is_file():
-                claim_blocks.append((name, json.loads((FIGURES / name / "claims.json").read_text())))
+            lines, found = sweep_part(name, Path(tmp))
+            body += lines
+            if found is not None:
+                claim_blocks.append((name, found))
     claims = ["## The method's claims, as these runs see them", ""]
     for i, claim in enumerate(CLAIMS):
         claims += [f"### {claim.title}", ""]

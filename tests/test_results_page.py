@@ -248,8 +248,23 @@ def test_the_page_is_written_again_from_the_records_once_the_runs_are_gone(resul
 
     shutil.rmtree(results.records_of("countdown-ratio"))
     assert results.render() == page  # no record: the section and the claims last written are kept
+    assert json.loads((tmp_path / "figures" / "countdown-ratio" / "section.json").read_text())["runs"] == 6
+
+    # trained again on another machine: 4 of the 6 runs so far do not replace the section of 6
+    for seed in range(2):
+        fake_point(runs_dir / "results" / "countdown-ratio" / f"ratio=0-seed={seed}", 0, seed, 0.30)
+        fake_point(runs_dir / "results" / "countdown-ratio" / f"ratio=25-seed={seed}", 25, seed, 0.30)
+    partial = results.render(runs_dir)
+    assert partial.replace("`docs/results/countdown-ratio/runs/` holds 4 record(s) so far: this section is written anew from "
+                           "them once they are as many as the 6 run(s) it stands on.\n\n", "") == page
+    fake_point(runs_dir / "results" / "countdown-ratio" / "ratio=0-seed=2", 0, 2, 0.30)
+    fake_point(runs_dir / "results" / "countdown-ratio" / "ratio=25-seed=2", 25, 2, 0.30)
+    caught_up = results.render(runs_dir)
+    assert "Finished so far: 6 run(s)" in caught_up and "0.300 vs 0.300" in caught_up and "holds 4 record(s)" not in caught_up
+
+    shutil.rmtree(results.records_of("countdown-ratio"))
     (tmp_path / "figures" / "countdown-ratio" / "section.md").unlink()
-    (tmp_path / "figures" / "countdown-ratio" / "claims.json").unlink()
+    (tmp_path / "figures" / "countdown-ratio" / "section.json").unlink()
     assert "Pending: no run yet (`python scripts/results.py --only countdown-ratio`)" in results.render()
 
 
