@@ -35,9 +35,11 @@ import numpy as np
 
 from omegaconf import OmegaConf
 
+from tsctl.config.errors import ConfigError
 from tsctl.io import atomic
 from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, config_changes
+from tsctl.models.builtin import WARMUP_REPORT, builtin_dir
 from tsctl.stages.ablate import POINT_SEP, is_done
 from tsctl.stages.compose import compose_config
 from tsctl.stages.report import report
@@ -46,6 +48,7 @@ from tsctl.stages.report.claims import CLAIMS, assess
 from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
 from tsctl.stages.report.points import Point, Run, find_runs, group_points
 from tsctl.stages.report.tables import comparison_rows, notes, table_rows
+from tsctl.stages.train import base_model_entry
 from tsctl.stages.report.stats import SAME, paired_bootstrap, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,9 +145,27 @@ def keep_records(name: str, runs_dir: Path) -> list[Path]:
         if steps != default_steps:
             print(f"{name}: {run.name} ran trainer.steps={steps}, not the default {default_steps}; no record kept", flush=True)
             continue
+        name_base_model(run)
         save_record(run, target)
         written.append(target)
     return written
+
+
+def name_base_model(run: Path) -> None:
+    """Give the manifest of a run trained before manifests named their base model its ``base_model``: the
+    cached built-in model its overrides lead to, which is the one it started from (the cache is written once,
+    unless rebuilt), so that the report can tell whether the runs of a sweep started from the same weights."""
+    manifest = RunDir(run).manifest()
+    overrides = run / ".hydra" / "overrides.yaml"
+    if "base_model" in manifest or not overrides.is_file():
+        return
+    try:
+        cfg = compose_config([str(o) for o in OmegaConf.load(overrides)]).cfg
+    except ConfigError:  # overrides this code no longer takes: the model is not known
+        return
+    cached = builtin_dir(cfg)
+    if cfg.model.path == "builtin" and (cached / WARMUP_REPORT).is_file():
+        atomic.write_json(run / "manifest.json", manifest | {"base_model": base_model_entry(cfg, str(cached))})
 
 
 def restore_records(name: str, runs_dir: Path) -> list[Path]:
@@ -236,12 +257,19 @@ def same_setting_check(point: Point, resamples: int = 2000) -> list[str]:
 
 
 def provenance(name: str, finished: list[Run]) -> list[str]:
-    """Which code the finished runs ran, how long their training took, and which of them are copies (:data:`DEFAULT_RUN`)."""
+    """Which code and base model the finished runs ran, how long their training took, and which of them are
+    copies (:data:`DEFAULT_RUN`)."""
     if not finished:
         return []
     revisions = sorted({(r.revision or "unknown")[:7] for r in finished})
+    weights: dict[str, int] = {}
+    for run in finished:
+        weights[run.base_weights or "not recorded"] = weights.get(run.base_weights or "not recorded", 0) + 1
     minutes = [sum(x.get("time/step", 0.0) for x in r.train_records) / 60 for r in finished]
-    lines = [f"Code: git revision {', '.join(revisions)}. Training took {np.mean(minutes):.0f} min per run "
+    lines = [f"Code: git revision {', '.join(revisions)}. Base model: the built-in model whose weights' sha256 begins "
+             + ", ".join(f"{digest} ({n} run(s))" for digest, n in sorted(weights.items()))
+             + (" (different warm-ups: compare with care)" if len(set(weights) - {"not recorded"}) > 1 else "")
+             + f". Training took {np.mean(minutes):.0f} min per run "
              f"({min(minutes):.0f}-{max(minutes):.0f}; the sum of the step times, held-out evaluations aside).", ""]
     copied: dict[str, list[str]] = {}
     for run in finished:

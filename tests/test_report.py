@@ -232,3 +232,19 @@ def test_cli_takes_the_baseline_unquoted_and_refuses_other_keys(paired_sweep):
     assert wrong.returncode == 2 and "only report.* overrides" in wrong.stderr and "Traceback" not in wrong.stderr
     bad = tsctl("report", str(paired_sweep), "report.baseline=ratio=7", check=False)
     assert bad.returncode == 2 and "matches no point" in bad.stderr and "ratio=0, ratio=25" in bad.stderr
+
+
+def test_runs_from_different_built_in_models_are_named_in_a_warning(sweep):
+    def started_from(name: str, digest: str) -> None:
+        manifest = sweep / name / "manifest.json"
+        manifest.write_text(json.dumps(json.loads(manifest.read_text()) | {"base_model": {"path": "m", "weights_sha256": digest}}))
+
+    started_from("ratio=0-seed=1", "aaaaaaaaaaaa")
+    started_from("ratio=50-seed=1", "aaaaaaaaaaaa")
+    report(sweep, echo=False)
+    assert "Warning" not in (sweep / "report" / "summary.md").read_text()  # one known model; runs without a digest left aside
+    started_from("ratio=0-seed=2", "bbbbbbbbbbbb")
+    report(sweep, echo=False)
+    expected = ("**Warning: runs from different base models.** the runs started from 2 different built-in models: "
+                "aaaaaaaaaaaa (2 runs), bbbbbbbbbbbb (1 run) (manifest.json, base_model.weights_sha256)")
+    assert expected in (sweep / "report" / "summary.md").read_text()

@@ -49,10 +49,14 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
         fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
         fake_point(sweep / f"ratio=25-seed={seed}", 25, seed, 0.40 + 0.01 * seed + (0.02, 0.03, 0.025)[seed])
     (sweep / "ratio=0-seed=0" / "manifest.json").write_text(json.dumps({"status": "completed", "git_revision": "90b822ddba39"}))
+    for name, digest in (("ratio=0-seed=1", "aaaaaaaaaaaa"), ("ratio=25-seed=1", "aaaaaaaaaaaa"), ("ratio=25-seed=2", "bbbbbbbbbbbb")):
+        base = {"path": "m", "weights_sha256": digest}
+        (sweep / name / "manifest.json").write_text(json.dumps({"status": "completed", "base_model": base}))
     page = results.render(tmp_path / "runs")
     assert "Pending: no run yet (`python scripts/results.py --only arithmetic-ratio`)" in page
     # 20 steps of 30, 60 and 90 s: 10, 20 and 30 min per seed
-    assert "Code: git revision 90b822d, unknown. Training took 20 min per run (10-30;" in page
+    assert ("Code: git revision 90b822d, unknown. Base model: the built-in model whose weights' sha256 begins aaaaaaaaaaaa (2 run(s)), "
+            "bbbbbbbbbbbb (1 run(s)), not recorded (3 run(s)) (different warm-ups: compare with care). Training took 20 min per run (10-30;") in page
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
     # (i) along the position: tokens 4-7 are 0.2 + 0.002*seed below tokens 0-3;
     # over training: steps 19-20 minus steps 1-2 is -18 * (0.01 + 0.0005*seed), -0.189 on average
@@ -300,3 +304,22 @@ def test_a_run_of_another_length_is_neither_recorded_nor_given_records(results, 
     assert not (tmp_path / "short" / "results" / "countdown-refresh").exists()  # the default-length record is not restored
     results.run_sweep("countdown-refresh", 2, None, 1, str(tmp_path / "default"))
     assert (tmp_path / "default" / "results" / "countdown-refresh" / "refresh=5-seed=0" / "metrics.jsonl").is_file()
+
+
+def test_a_run_from_before_manifests_named_the_base_model_is_recorded_with_the_cached_model_it_started_from(results, tmp_path):
+    import hashlib
+
+    from tsctl.models.builtin import builtin_dir
+    from tsctl.stages.compose import compose_config
+
+    runs_dir = tmp_path / "runs"
+    overrides = ["task=countdown", "ratio=25", "refresh=5", "seed=0", "experiment=results", f"runs_dir={runs_dir}"]
+    write_trained_run(runs_dir / "results" / "countdown-refresh" / "refresh=5-seed=0", overrides)
+    cached = builtin_dir(compose_config(overrides).cfg)
+    cached.mkdir(parents=True)
+    (cached / "model.safetensors").write_bytes(b"weights")
+    (cached / "warmup.json").write_text("{}")
+    results.keep_records("countdown-refresh", runs_dir)
+    manifest = json.loads((results.records_of("countdown-refresh") / "refresh=5-seed=0" / "manifest.json").read_text())
+    assert manifest["base_model"] == {"path": str(cached), "weights_sha256": hashlib.sha256(b"weights").hexdigest()[:12]}
+    assert manifest["finished_step"] == 400  # the rest of the manifest as the run wrote it

@@ -1,5 +1,6 @@
 """End-to-end ``tsctl train`` on micro sizes: parameters move, metrics are complete, resume is exact."""
 
+import hashlib
 import json
 import os
 import signal
@@ -44,6 +45,8 @@ def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path, mod
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "completed" and "torch" in manifest["versions"]
     base = next(model_cache.glob("builtin-*"))
+    digest = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()[:12]
+    assert manifest["base_model"] == {"path": str(base), "weights_sha256": digest}  # the weights it started from
     before = load_file(base / "model.safetensors")
     after = load_file(run / "checkpoints" / "step-3" / "model.safetensors")
     assert before.keys() == after.keys()

@@ -40,6 +40,17 @@ def builtin_dir(cfg: TsctlConfig) -> Path:
     return cache / f"builtin-{cfg.task.name}-{digest}"
 
 
+def weights_digest(folder: Path) -> str:
+    """The first 12 hex digits of the sha256 of the model weights in ``folder`` (``*.safetensors``, in name
+    order): runs whose built-in models share it started from the same weights, wherever they were warmed up."""
+    digest = hashlib.sha256()
+    for weights in sorted(Path(folder).glob("*.safetensors")):
+        with open(weights, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:12]
+
+
 def ensure_builtin(cfg: TsctlConfig, score: Scorer, rebuild: bool = False) -> Path:
     """Return the warmed-up built-in model folder, building it first when missing (or ``rebuild``);
     ``score`` grades a freshly warmed-up model on ``model.warmup.eval_problems`` held-out problems."""

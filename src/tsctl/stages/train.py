@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
@@ -67,6 +68,7 @@ from tsctl.io import faults
 from tsctl.io.checkpoints import latest_checkpoint
 from tsctl.io.progress import console, make_progress
 from tsctl.models.batch import pack
+from tsctl.models.builtin import weights_digest
 from tsctl.models.loading import resolve_device
 from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
 from tsctl.models.prompts import PromptFormatter
@@ -118,6 +120,12 @@ def train(composed: Composed) -> RunDir:
     return run
 
 
+def base_model_entry(cfg: TsctlConfig, base: str) -> dict[str, str]:
+    """The manifest's ``base_model``: the folder training started from and, for the built-in model (warmed up
+    on this machine), its weights' digest, which tells whether runs of one sweep started from the same weights."""
+    return {"path": base, **({"weights_sha256": weights_digest(Path(base))} if cfg.model.path == "builtin" else {})}
+
+
 def _train(composed: Composed, world: ranks.World) -> RunDir:
     # Run folders and metric sinks need OmegaConf; train_step and the rest of this module do not
     # (bench/gpu_check.py drives train_step on images without Hydra or OmegaConf).
@@ -146,7 +154,7 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
         torch.manual_seed(cfg.seed)
     if world.main:
         run.truncate_metrics(start if resume_from else -1)
-        run.set_status("running", started_step=start, **({"world_size": world.size} if world.distributed else {}))
+        run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **({"world_size": world.size} if world.distributed else {}))
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
     sink = MetricsSink(run, cfg.logger, composed.node) if world.main else None
     try:

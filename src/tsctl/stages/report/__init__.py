@@ -31,13 +31,22 @@ from tsctl.stages.report.attribution import attribution_csv, attribution_rows, m
 from tsctl.stages.report.claims import assess, is_ratio_sweep
 from tsctl.stages.report.claims import markdown_section as claims_section
 from tsctl.stages.report.compare import compare, default_baseline, parse_baseline, summarize
-from tsctl.stages.report.points import FINAL_EVAL, Run, final_values, find_runs, group_points, is_run_folder, revision_warnings
+from tsctl.stages.report.points import (
+    FINAL_EVAL,
+    Run,
+    base_model_warnings,
+    final_values,
+    find_runs,
+    group_points,
+    is_run_folder,
+    revision_warnings,
+)
 from tsctl.stages.report.stats import LEVEL
 from tsctl.stages.report.tables import comparisons_csv, csv_text, markdown, print_claims, print_tables
 
 __all__ = ["FINAL_EVAL", "find_runs", "report"]
 
-NONFINITE, MIXED_CODE = "non-finite metric", "runs of different code"
+NONFINITE, MIXED_CODE, MIXED_MODELS = "non-finite metric", "runs of different code", "runs from different base models"
 """Kinds of warning a report gives (console and ``summary.md``)."""
 
 
@@ -76,6 +85,7 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     title = f"{'Run' if single else 'Sweep'} {path.name}"
     warnings = [(NONFINITE, line) for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
     warnings += [(MIXED_CODE, line) for line in revision_warnings(points)]
+    warnings += [(MIXED_MODELS, line) for line in base_model_warnings(points)]
     notes = "".join(f"\n**Warning: {kind}.** {line}\n" for kind, line in warnings)
     assessed = assess(points, summary, rows if chosen == {"ratio": "0"} else None) if not single and is_ratio_sweep(points) else []
     claims = claims_section(assessed) if assessed else ""

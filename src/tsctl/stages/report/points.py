@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from omegaconf import OmegaConf
 
@@ -49,6 +49,8 @@ class Run:
         seed: the run's ``seed`` (what pairs runs of two points), None when its config has none.
         final: the contents of ``final_eval.json`` (empty without one).
         revision: the git revision of the code that ran it (its manifest's ``git_revision``), None when unknown.
+        base_weights: the digest of the built-in model's weights it started from (its manifest's
+            ``base_model.weights_sha256``), None for another model or when unknown.
     """
 
     path: Path
@@ -59,6 +61,7 @@ class Run:
     final: dict[str, Any]
     seed: Optional[str] = None
     revision: Optional[str] = None
+    base_weights: Optional[str] = None
 
     @property
     def train_records(self) -> list[dict[str, Any]]:
@@ -112,7 +115,9 @@ def load_run(path: Path) -> Run:
     config = path / "config.yaml"
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
-    return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"), manifest.get("git_revision"))
+    base_weights = (manifest.get("base_model") or {}).get("weights_sha256")
+    return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"),
+               manifest.get("git_revision"), base_weights)
 
 
 def run_status(path: Path, manifest: dict[str, Any]) -> str:
@@ -170,18 +175,38 @@ def group_points(runs: list[Run], single: bool = False) -> list[Point]:
     return points
 
 
+def _count_by(runs: Iterable[Run], key: Callable[[Run], str]) -> dict[str, int]:
+    """How many of ``runs`` have each value of ``key``."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[key(run)] = counts.get(key(run), 0) + 1
+    return counts
+
+
+def _listed(counts: dict[str, int]) -> str:
+    """``"a (2 runs), b (1 run)"``."""
+    return ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})" for k, n in sorted(counts.items()))
+
+
 def revision_warnings(points: list[Point]) -> list[str]:
     """A line when the points' completed runs ran more than one revision of the code (a difference
     between points may then come from the code, not the setting); none otherwise."""
-    counts: dict[str, int] = {}
-    for run in (run for p in points for run in p.used):
-        key = run.revision[:7] if run.revision else "unknown"
-        counts[key] = counts.get(key, 0) + 1
+    counts = _count_by((r for p in points for r in p.used), lambda run: run.revision[:7] if run.revision else "unknown")
     if len(counts) <= 1:
         return []
-    listed = ", ".join(f"{rev} ({n} run{'s' if n > 1 else ''})" for rev, n in sorted(counts.items()))
-    return [f"the runs ran {len(counts)} revisions of the code: {listed} (manifest.json, git_revision); a difference "
+    return [f"the runs ran {len(counts)} revisions of the code: {_listed(counts)} (manifest.json, git_revision); a difference "
             "between points may come from the code rather than the setting: rerun the odd ones at one revision"]
+
+
+def base_model_warnings(points: list[Point]) -> list[str]:
+    """A line when the points' completed runs started from built-in models with different weights (warmed up
+    on different machines, whose arithmetic differed); runs whose manifest has no digest are left aside."""
+    counts = _count_by((r for p in points for r in p.used if r.base_weights), lambda run: str(run.base_weights))
+    if len(counts) <= 1:
+        return []
+    return [f"the runs started from {len(counts)} different built-in models: {_listed(counts)} (manifest.json, "
+            "base_model.weights_sha256); a difference between points may come from the starting weights: train every "
+            "point from one warmed-up model (copy its _models folder, or model.cache_dir, to the other machines)"]
 
 
 def tail(records: list[dict[str, Any]], share: float = TAIL, last: bool = True) -> list[dict[str, Any]]:
