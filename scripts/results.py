@@ -39,7 +39,7 @@ from tsctl.config.errors import ConfigError
 from tsctl.io import atomic
 from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, config_changes
-from tsctl.models.builtin import WARMUP_REPORT, builtin_dir
+from tsctl.models.builtin import WARMUP_REPORT, builtin_dir, weights_digest
 from tsctl.stages.ablate import POINT_SEP, is_done
 from tsctl.stages.compose import compose_config
 from tsctl.stages.report import report
@@ -78,11 +78,12 @@ def point_folder(settings: list[str], seed: int) -> str:
     return POINT_SEP.join(sorted([*settings, f"seed={seed}"]))
 
 
-def share_runs(name: str, seeds: int, steps: Optional[int], runs_dir: str) -> list[Path]:
+def share_runs(name: str, seeds: int, steps: Optional[int], runs_dir: str, weights: Optional[str] = None) -> list[Path]:
     """Copy into sweep ``name`` the finished runs of its :data:`DEFAULT_RUN` point that another sweep has.
 
     A run is copied only when its saved config is, key by key, the config the point would train (place
-    keys aside); a target folder that exists is left alone. The copy's config and manifest name its new
+    keys aside) and it started from the built-in ``weights`` (this machine's; a run that does not name its
+    weights, or ``weights`` None, is not held back); a target folder that exists is left alone. The copy's config and manifest name its new
     place and where it came from (``copied_from``). Returns the folders written.
     """
     if name not in DEFAULT_RUN:
@@ -97,6 +98,9 @@ def share_runs(name: str, seeds: int, steps: Optional[int], runs_dir: str) -> li
         sources = [Path(runs_dir) / "results" / other / point_folder([at], seed) for other, at in DEFAULT_RUN.items() if other != name]
         for source in sources:
             if target.exists() or not source.is_dir() or not is_done(RunDir(source)):
+                continue
+            if weights and started_from(source) not in (None, weights):
+                print(f"{name}: {source} started from built-in weights {started_from(source)}, not this machine's {weights}; not copied", flush=True)
                 continue
             wanted = [*point, f"seed={seed}", *place]
             changes = config_changes(OmegaConf.load(source / "config.yaml"), compose_config(wanted).node)
@@ -182,12 +186,25 @@ def restore_records(name: str, runs_dir: Path) -> list[Path]:
 
 def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: str) -> None:
     """``tsctl ablate`` the sweep (resumes what exists, skips what has a record); a failed point does not
-    stop the others. Every finished run's record is kept."""
+    stop the others. Every finished run's record is kept.
+
+    Runs of one sweep must start from the same weights: a sweep whose records started from a built-in model
+    other than the one this machine warms up (another machine's arithmetic) is not trained further here, and
+    only runs from this machine's model are copied in (:func:`share_runs`).
+    """
     _, overrides, baseline = SWEEPS[name]
+    weights = machine_weights(name, runs_dir)
     sources = set(DEFAULT_RUN) if name in DEFAULT_RUN else set()  # the sweeps share_runs copies from
     for sweep in ({name} | sources) if steps is None else ():  # records are runs of the default length
         restore_records(sweep, Path(runs_dir))
-    share_runs(name, seeds, steps, runs_dir)
+    recorded = [started_from(r) for r in records_of(name).iterdir() if is_record(r)] if records_of(name).is_dir() else []
+    foreign = sorted({digest for digest in recorded if digest not in (None, weights)})
+    if foreign:
+        print(f"{name}: not trained here: its records started from built-in weights {', '.join(foreign)}, this machine's "
+              f"warm-up gives {weights}, and runs from different weights are not comparable. Train the whole sweep here "
+              f"(move docs/results/{name}/runs/ aside first) or on a machine whose warm-up gives {', '.join(foreign)}.", flush=True)
+        return
+    share_runs(name, seeds, steps, runs_dir, weights)
     args = [*overrides, f"seed={','.join(map(str, range(seeds)))}", "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
     if steps:
         args.append(f"trainer.steps={steps}")
@@ -196,6 +213,22 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
     print(f"== {name}: tsctl ablate {' '.join(args)}", flush=True)
     subprocess.run([sys.executable, "-m", "tsctl", "ablate", *args], check=False)
     keep_records(name, Path(runs_dir))
+
+
+def machine_weights(name: str, runs_dir: str) -> Optional[str]:
+    """The digest of the built-in model this machine trains sweep ``name`` from (``tsctl warmup`` builds it
+    first when it is not cached); None when the sweep does not start from the built-in model."""
+    first = [o.split(",")[0] for o in SWEEPS[name][1]] + [f"runs_dir={runs_dir}"]  # the warm-up depends on the task only
+    cfg = compose_config(first).cfg
+    if cfg.model.path != "builtin":
+        return None
+    subprocess.run([sys.executable, "-m", "tsctl", "warmup", *first], check=True)
+    return weights_digest(builtin_dir(cfg))
+
+
+def started_from(run: Path) -> Optional[str]:
+    """The built-in weights' digest the run (or record) folder ``run`` started from, None when not recorded."""
+    return (RunDir(run).manifest().get("base_model") or {}).get("weights_sha256")
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -338,6 +371,9 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "each point is several seeds, paired by seed in every comparison. 95% intervals throughout.",
         "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`) beside other work, so their",
         "wall times say nothing about the README's. Each section says how many of its runs have finished.",
+        "Compare points within a section: a section's runs start from one warmed-up built-in model (its weights' digest",
+        "is in the section's first lines), and the same configuration trained on two machines, from two warm-ups, has",
+        "given different runs; `python scripts/results.py` adds no run to a sweep whose records started from other weights.",
         "",
     ]
     return "\n".join(head + claims + body) + "\n"

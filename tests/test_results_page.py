@@ -300,6 +300,7 @@ def test_a_run_of_another_length_is_neither_recorded_nor_given_records(results, 
     assert results.keep_records("countdown-refresh", runs_dir) == [results.records_of("countdown-refresh") / "refresh=5-seed=0"]
 
     monkeypatch.setattr(results.subprocess, "run", lambda *args, **kwargs: None)  # no training here
+    monkeypatch.setattr(results, "machine_weights", lambda name, runs_dir: None)
     results.run_sweep("countdown-refresh", 2, 150, 1, str(tmp_path / "short"))
     assert not (tmp_path / "short" / "results" / "countdown-refresh").exists()  # the default-length record is not restored
     results.run_sweep("countdown-refresh", 2, None, 1, str(tmp_path / "default"))
@@ -323,3 +324,56 @@ def test_a_run_from_before_manifests_named_the_base_model_is_recorded_with_the_c
     manifest = json.loads((results.records_of("countdown-refresh") / "refresh=5-seed=0" / "manifest.json").read_text())
     assert manifest["base_model"] == {"path": str(cached), "weights_sha256": hashlib.sha256(b"weights").hexdigest()[:12]}
     assert manifest["finished_step"] == 400  # the rest of the manifest as the run wrote it
+
+
+def started_from(run: Path, digest: str) -> None:
+    """Name the built-in weights the run folder ``run`` started from in its manifest."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps(manifest | {"base_model": {"path": "m", "weights_sha256": digest}}))
+
+
+def test_a_sweep_whose_records_started_from_other_weights_is_not_trained_further_here(results, tmp_path, monkeypatch, capsys):
+    first, here = tmp_path / "first", tmp_path / "here"
+    fake_point(first / "results" / "countdown-truncation" / "seed=0-truncation=fixed", 25, 0, 0.41)
+    started_from(first / "results" / "countdown-truncation" / "seed=0-truncation=fixed", "aaaaaaaaaaaa")
+    results.keep_records("countdown-truncation", first)
+    commands: list[list[str]] = []
+    monkeypatch.setattr(results.subprocess, "run", lambda command, **kwargs: commands.append(command))
+    monkeypatch.setattr(results, "machine_weights", lambda name, runs_dir: "bbbbbbbbbbbb")
+    results.run_sweep("countdown-truncation", 3, None, 1, str(here))
+    assert commands == []  # no tsctl ablate
+    out = capsys.readouterr().out
+    assert "countdown-truncation: not trained here: its records started from built-in weights aaaaaaaaaaaa, this machine's warm-up gives bbbbbbbbbbbb" in out
+    assert "move docs/results/countdown-truncation/runs/ aside first" in out
+
+    monkeypatch.setattr(results, "machine_weights", lambda name, runs_dir: "aaaaaaaaaaaa")  # the same weights: trained on
+    results.run_sweep("countdown-truncation", 3, None, 1, str(here))
+    assert commands[0][1:4] == ["-m", "tsctl", "ablate"]
+
+
+def test_only_runs_from_this_machine_s_weights_are_copied_between_sweeps(results, tmp_path):
+    runs_dir = tmp_path / "runs"
+    place = ["experiment=results", f"runs_dir={runs_dir}"]
+    refresh = runs_dir / "results" / "countdown-refresh"
+    for seed, digest in ((0, "aaaaaaaaaaaa"), (1, "bbbbbbbbbbbb")):
+        write_trained_run(refresh / f"refresh=10-seed={seed}", ["task=countdown", "ratio=25", "refresh=10", f"seed={seed}", *place])
+        started_from(refresh / f"refresh=10-seed={seed}", digest)
+    write_trained_run(refresh / "refresh=10-seed=2", ["task=countdown", "ratio=25", "refresh=10", "seed=2", *place])  # weights not named
+    truncation = runs_dir / "results" / "countdown-truncation"
+    copied = results.share_runs("countdown-truncation", 3, None, str(runs_dir), "aaaaaaaaaaaa")
+    assert copied == [truncation / "seed=0-truncation=uniform", truncation / "seed=2-truncation=uniform"]
+
+
+def test_this_machine_s_weights_are_those_of_the_warmed_up_model_of_the_sweep_s_task(results, tmp_path, monkeypatch):
+    import hashlib
+
+    from tsctl.models.builtin import builtin_dir
+    from tsctl.stages.compose import compose_config
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(results.subprocess, "run", lambda command, **kwargs: commands.append(command))
+    cached = builtin_dir(compose_config(["task=arithmetic", f"runs_dir={tmp_path}"]).cfg)
+    cached.mkdir(parents=True)
+    (cached / "model.safetensors").write_bytes(b"arithmetic weights")
+    assert results.machine_weights("arithmetic-ratio", str(tmp_path)) == hashlib.sha256(b"arithmetic weights").hexdigest()[:12]
+    assert commands == [[results.sys.executable, "-m", "tsctl", "warmup", "task=arithmetic", "ratio=0", f"runs_dir={tmp_path}"]]
