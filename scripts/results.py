@@ -372,8 +372,8 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`) beside other work, so their",
         "wall times say nothing about the README's. Each section says how many of its runs have finished.",
         "Compare points within a section: a section's runs start from one warmed-up built-in model (its weights' digest",
-        "is in the section's first lines), and the same configuration trained on two machines, from two warm-ups, has",
-        "given different runs; `python scripts/results.py` adds no run to a sweep whose records started from other weights.",
+        "is in the section's first lines), and the same configuration trained on two machines has given different runs;",
+        "`python scripts/results.py` adds no run to a sweep whose records started from other weights.",
         "",
     ]
     return "\n".join(head + claims + body) + "\n"
