@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -39,16 +40,15 @@ from tsctl.config.errors import ConfigError
 from tsctl.io import atomic
 from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, config_changes
-from tsctl.models.builtin import WARMUP_REPORT, builtin_dir, weights_digest
+from tsctl.models.builtin import WARMUP_REPORT, base_model_entry, builtin_dir, weights_digest
 from tsctl.stages.ablate import POINT_SEP, is_done
 from tsctl.stages.compose import compose_config
 from tsctl.stages.report import report
 from tsctl.stages.report.attribution import attribution_rows, markdown_section
 from tsctl.stages.report.claims import CLAIMS, assess
 from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
-from tsctl.stages.report.points import Point, Run, find_runs, group_points
+from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points
 from tsctl.stages.report.tables import comparison_rows, notes, table_rows
-from tsctl.stages.train import base_model_entry
 from tsctl.stages.report.stats import SAME, paired_bootstrap, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,8 +99,9 @@ def share_runs(name: str, seeds: int, steps: Optional[int], runs_dir: str, weigh
         for source in sources:
             if target.exists() or not source.is_dir() or not is_done(RunDir(source)):
                 continue
-            if weights and started_from(source) not in (None, weights):
-                print(f"{name}: {source} started from built-in weights {started_from(source)}, not this machine's {weights}; not copied", flush=True)
+            source_weights = started_from(source)
+            if weights and source_weights not in (None, weights):
+                print(f"{name}: {source} started from built-in weights {source_weights}, not this machine's {weights}; not copied", flush=True)
                 continue
             wanted = [*point, f"seed={seed}", *place]
             changes = config_changes(OmegaConf.load(source / "config.yaml"), compose_config(wanted).node)
@@ -228,7 +229,7 @@ def machine_weights(name: str, runs_dir: str) -> Optional[str]:
 
 def started_from(run: Path) -> Optional[str]:
     """The built-in weights' digest the run (or record) folder ``run`` started from, None when not recorded."""
-    return (RunDir(run).manifest().get("base_model") or {}).get("weights_sha256")
+    return base_weights(RunDir(run).manifest())
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -295,9 +296,7 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
     if not finished:
         return []
     revisions = sorted({(r.revision or "unknown")[:7] for r in finished})
-    weights: dict[str, int] = {}
-    for run in finished:
-        weights[run.base_weights or "not recorded"] = weights.get(run.base_weights or "not recorded", 0) + 1
+    weights = Counter(run.base_weights or "not recorded" for run in finished)
     minutes = [sum(x.get("time/step", 0.0) for x in r.train_records) / 60 for r in finished]
     lines = [f"Code: git revision {', '.join(revisions)}. Base model: the built-in model whose weights' sha256 begins "
              + ", ".join(f"{digest} ({n} run(s))" for digest, n in sorted(weights.items()))

@@ -51,6 +51,12 @@ def weights_digest(folder: Path) -> str:
     return digest.hexdigest()[:12]
 
 
+def base_model_entry(cfg: TsctlConfig, base: str) -> dict[str, str]:
+    """A run manifest's ``base_model``: the folder training started from and, for the built-in model (warmed up
+    on this machine), its weights' digest, which tells whether runs of one sweep started from the same weights."""
+    return {"path": base, **({"weights_sha256": weights_digest(Path(base))} if cfg.model.path == "builtin" else {})}
+
+
 def ensure_builtin(cfg: TsctlConfig, score: Scorer, rebuild: bool = False) -> Path:
     """Return the warmed-up built-in model folder, building it first when missing (or ``rebuild``);
     ``score`` grades a freshly warmed-up model on ``model.warmup.eval_problems`` held-out problems."""

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
@@ -68,7 +67,7 @@ from tsctl.io import faults
 from tsctl.io.checkpoints import latest_checkpoint
 from tsctl.io.progress import console, make_progress
 from tsctl.models.batch import pack
-from tsctl.models.builtin import weights_digest
+from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
 from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
 from tsctl.models.prompts import PromptFormatter
@@ -118,12 +117,6 @@ def train(composed: Composed) -> RunDir:
         console.quiet = quiet
     ranks.stop()
     return run
-
-
-def base_model_entry(cfg: TsctlConfig, base: str) -> dict[str, str]:
-    """The manifest's ``base_model``: the folder training started from and, for the built-in model (warmed up
-    on this machine), its weights' digest, which tells whether runs of one sweep started from the same weights."""
-    return {"path": base, **({"weights_sha256": weights_digest(Path(base))} if cfg.model.path == "builtin" else {})}
 
 
 def _train(composed: Composed, world: ranks.World) -> RunDir:

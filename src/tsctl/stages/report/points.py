@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from omegaconf import OmegaConf
 
@@ -115,9 +116,13 @@ def load_run(path: Path) -> Run:
     config = path / "config.yaml"
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
-    base_weights = (manifest.get("base_model") or {}).get("weights_sha256")
     return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"),
-               manifest.get("git_revision"), base_weights)
+               manifest.get("git_revision"), base_weights(manifest))
+
+
+def base_weights(manifest: dict[str, Any]) -> Optional[str]:
+    """The digest of the built-in weights a run started from (``base_model.weights_sha256``), None when not recorded."""
+    return (manifest.get("base_model") or {}).get("weights_sha256")
 
 
 def run_status(path: Path, manifest: dict[str, Any]) -> str:
@@ -175,15 +180,7 @@ def group_points(runs: list[Run], single: bool = False) -> list[Point]:
     return points
 
 
-def _count_by(runs: Iterable[Run], key: Callable[[Run], str]) -> dict[str, int]:
-    """How many of ``runs`` have each value of ``key``."""
-    counts: dict[str, int] = {}
-    for run in runs:
-        counts[key(run)] = counts.get(key(run), 0) + 1
-    return counts
-
-
-def _listed(counts: dict[str, int]) -> str:
+def _listed(counts: Counter[str]) -> str:
     """``"a (2 runs), b (1 run)"``."""
     return ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})" for k, n in sorted(counts.items()))
 
@@ -191,7 +188,7 @@ def _listed(counts: dict[str, int]) -> str:
 def revision_warnings(points: list[Point]) -> list[str]:
     """A line when the points' completed runs ran more than one revision of the code (a difference
     between points may then come from the code, not the setting); none otherwise."""
-    counts = _count_by((r for p in points for r in p.used), lambda run: run.revision[:7] if run.revision else "unknown")
+    counts = Counter(run.revision[:7] if run.revision else "unknown" for p in points for run in p.used)
     if len(counts) <= 1:
         return []
     return [f"the runs ran {len(counts)} revisions of the code: {_listed(counts)} (manifest.json, git_revision); a difference "
@@ -201,7 +198,7 @@ def revision_warnings(points: list[Point]) -> list[str]:
 def base_model_warnings(points: list[Point]) -> list[str]:
     """A line when the points' completed runs started from built-in models with different weights (warmed up
     on different machines, whose arithmetic differed); runs whose manifest has no digest are left aside."""
-    counts = _count_by((r for p in points for r in p.used if r.base_weights), lambda run: str(run.base_weights))
+    counts = Counter(run.base_weights for p in points for run in p.used if run.base_weights)
     if len(counts) <= 1:
         return []
     return [f"the runs started from {len(counts)} different built-in models: {_listed(counts)} (manifest.json, "
