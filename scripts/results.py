@@ -206,7 +206,8 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
               f"(move docs/results/{name}/runs/ aside first) or on a machine whose warm-up gives {', '.join(foreign)}.", flush=True)
         return
     share_runs(name, seeds, steps, runs_dir, weights)
-    args = [*overrides, f"seed={','.join(map(str, range(seeds)))}", "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
+    # seed first: Hydra sweeps the first override outermost, so an unfinished sweep has whole seeds (paired points)
+    args = [f"seed={','.join(map(str, range(seeds)))}", *overrides, "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
     if steps:
         args.append(f"trainer.steps={steps}")
     if jobs > 1:  # each worker then takes its share of the cores (tsctl.distributed.job_pinning)

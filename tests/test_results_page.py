@@ -377,3 +377,15 @@ def test_this_machine_s_weights_are_those_of_the_warmed_up_model_of_the_sweep_s_
     (cached / "model.safetensors").write_bytes(b"arithmetic weights")
     assert results.machine_weights("arithmetic-ratio", str(tmp_path)) == hashlib.sha256(b"arithmetic weights").hexdigest()[:12]
     assert commands == [[results.sys.executable, "-m", "tsctl", "warmup", "task=arithmetic", "ratio=0", f"runs_dir={tmp_path}"]]
+
+
+def test_a_sweep_trains_whole_seeds_first_so_an_unfinished_one_has_paired_points(results, tmp_path, monkeypatch):
+    from tsctl.stages.ablate import expand, is_report_override
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(results.subprocess, "run", lambda command, **kwargs: commands.append(command))
+    monkeypatch.setattr(results, "machine_weights", lambda name, runs_dir: None)
+    results.run_sweep("arithmetic-ratio", 2, None, 1, str(tmp_path))
+    points, _ = expand([o for o in commands[0][4:] if not is_report_override(o)])
+    assert [(p["seed"], p["ratio"]) for p in (dict(o.split("=", 1) for o in point) for point in points)] == [
+        ("0", "0"), ("0", "25"), ("0", "50"), ("1", "0"), ("1", "25"), ("1", "50")]
