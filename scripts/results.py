@@ -298,10 +298,12 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
         return []
     revisions = sorted({(r.revision or "unknown")[:7] for r in finished})
     weights = Counter(run.base_weights or "not recorded" for run in finished)
+    arithmetic = Counter(run.arithmetic or "not recorded" for run in finished)
     minutes = [sum(x.get("time/step", 0.0) for x in r.train_records) / 60 for r in finished]
     lines = [f"Code: git revision {', '.join(revisions)}. Base model: the built-in model whose weights' sha256 begins "
              + ", ".join(f"{digest} ({n} run(s))" for digest, n in sorted(weights.items()))
              + (" (different warm-ups: compare with care)" if len(set(weights) - {"not recorded"}) > 1 else "")
+             + ". Arithmetic (manifest.json): " + ", ".join(f"{kind} ({n} run(s))" for kind, n in sorted(arithmetic.items()))
              + f". Training took {np.mean(minutes):.0f} min per run "
              f"({min(minutes):.0f}-{max(minutes):.0f}; the sum of the step times, held-out evaluations aside).", ""]
     copied: dict[str, list[str]] = {}
@@ -372,8 +374,11 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`) beside other work, so their",
         "wall times say nothing about the README's. Each section says how many of its runs have finished.",
         "Compare points within a section: a section's runs start from one warmed-up built-in model (its weights' digest",
-        "is in the section's first lines), and the same configuration trained on two machines has given different runs;",
-        "`python scripts/results.py` adds no run to a sweep whose records started from other weights.",
+        "is in the section's first lines); `python scripts/results.py` adds no run to a sweep whose records started from",
+        "other weights. The torch thread count is part of a run's arithmetic: the default countdown run at one and at two",
+        "threads samples differently from step 19 on, so the same configuration with other threads or on another machine",
+        "is another draw, not the same run. Runs record theirs (`manifest.json`, `arithmetic`; in each section's first",
+        "lines) since it was recorded; before that, a point of a parallel sweep took every core once it ran alone.",
         "",
     ]
     return "\n".join(head + claims + body) + "\n"

@@ -1,8 +1,8 @@
-"""Points of a parallel sweep (joblib): each on its own GPU and its share of the cores; one at a time, untouched."""
+"""Points of a parallel sweep (joblib): each on its own GPU and a fixed share of the cores; one at a time, untouched."""
 
 from __future__ import annotations
 
-import fcntl
+import json
 import os
 from pathlib import Path
 
@@ -11,14 +11,13 @@ import torch
 
 from conftest import micro_args, tsctl
 from tsctl.distributed import job_pinning
-from tsctl.distributed.job_pinning import claim_gpu, parallel_jobs, pin_job, rebalance_threads, release_job, threads_per_job, visible_gpus
+from tsctl.distributed.job_pinning import claim_gpu, parallel_jobs, pin_job, threads_per_job, visible_gpus
 
 
 @pytest.fixture
 def worker(monkeypatch) -> list[int]:
-    """A fresh worker: no GPU claimed yet, no point running; torch's thread count recorded instead of set."""
+    """A fresh worker: no GPU claimed yet; torch's thread count recorded instead of set."""
     monkeypatch.setattr(job_pinning, "_held", [])
-    monkeypatch.setattr(job_pinning, "_share", None)
     monkeypatch.delenv(job_pinning.PINNED_ENV, raising=False)
     monkeypatch.delenv(job_pinning.THREADS_ENV, raising=False)
     threads: list[int] = []
@@ -63,57 +62,35 @@ def test_each_worker_claims_a_different_gpu_and_extra_workers_share(tmp_path, wo
 def test_a_pinned_worker_sees_one_gpu_and_keeps_it_for_its_later_points(tmp_path, monkeypatch, worker):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    pinning = pin_job(tmp_path, "ratio=0", jobs=2, unfinished=1)
-    assert (pinning.gpu, pinning.shares, pinning.threads) == ("5", False, 16) and os.environ["CUDA_VISIBLE_DEVICES"] == "5"
-    release_job()
-    again = pin_job(tmp_path, "ratio=25", jobs=2, unfinished=1)  # the worker's next point
+    pinning = pin_job(2, tmp_path)
+    assert (pinning.gpu, pinning.shares, pinning.threads) == ("5", False, 8) and os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    again = pin_job(2, tmp_path)  # the worker's next point
     assert again.gpu == "5" and os.environ["CUDA_VISIBLE_DEVICES"] == "5"
-    release_job()
+    assert worker == [8, 8]
 
 
-def hold(path: Path):
-    """Another process's running point: a lock on ``path`` held through another open file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "wb")
-    fcntl.flock(handle, fcntl.LOCK_EX)
-    return handle
-
-
-def test_the_cores_are_shared_among_the_points_running_now(tmp_path, monkeypatch, worker):
+def test_a_point_s_threads_are_the_cores_over_the_jobs_whatever_else_runs(tmp_path, monkeypatch, worker):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    running = tmp_path / job_pinning.RUNNING_DIR
-    other = hold(running / "ratio=0.lock")
-    (running / "ratio=99.lock").touch()  # a point that ended: its lock is free
-    assert pin_job(tmp_path, "ratio=25", jobs=2, unfinished=2).threads == 4  # two running: half the cores each
-    third = hold(running / "ratio=50.lock")
-    assert rebalance_threads() == 4  # never more than n_jobs share
-    other.close(), third.close()
-    assert rebalance_threads() == 8  # alone near the end of the sweep: every core
-    assert worker == [4, 8]
-    release_job()
-    assert rebalance_threads() is None  # between points (and in any plain run) nothing is touched
-
-
-def test_a_point_starts_counting_the_unfinished_points_as_running(tmp_path, monkeypatch, worker):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    assert pin_job(tmp_path, "ratio=0", jobs=2, unfinished=3).threads == 4  # the other worker may be starting now
-    assert rebalance_threads() == 8  # it was not: alone, every core
-    release_job()
+    assert pin_job(2, tmp_path).threads == 4
+    assert pin_job(3, tmp_path).threads == 2
+    monkeypatch.setenv(job_pinning.THREADS_ENV, "3")
+    assert pin_job(2, tmp_path).threads == 3
+    assert worker == [4, 2, 3]
 
 
 def test_one_job_at_a_time_pins_nothing(tmp_path, monkeypatch, worker):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
-    assert pin_job(tmp_path, "ratio=0", jobs=1, unfinished=3) is None
+    assert pin_job(1, tmp_path) is None
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5,6" and worker == [] and not (tmp_path / job_pinning.SLOTS_DIR).exists()
-    assert rebalance_threads() is None
 
 
 @pytest.mark.slow
 def test_a_joblib_sweep_runs_its_points_in_pinned_workers(tmp_path: Path, model_cache: Path):
     done = tsctl("ablate", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "trainer.steps=1", "name=par", *micro_args(tmp_path, model_cache))
     output = done.stdout + done.stderr
-    assert output.count("CPU thread(s) to start with") == 2, output
+    assert output.count("CPU thread(s)") == 2, output
     for point in ("seed=0", "seed=1"):
         assert (tmp_path / "default" / "par" / point / "final_eval.json").is_file()
+        manifest = json.loads((tmp_path / "default" / "par" / point / "manifest.json").read_text())
+        assert manifest["arithmetic"]["torch_threads"] == threads_per_job(2)  # set once, for the whole run

@@ -70,9 +70,9 @@ def assert_same_as(reference: Path, run: Path) -> None:
     assert [p for p in run.rglob("*.tmp")] == []
 
 
-def kill(args: list[str], point: tuple[str, int]) -> None:
-    """Run ``tsctl train ARGS`` until the kill seam SIGKILLs it at ``point``."""
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", ENV: f"{point[0]}:{point[1]}"}
+def kill(args: list[str], point: tuple[str, int], **env_vars: str) -> None:
+    """Run ``tsctl train ARGS`` (with the environment variables ``env_vars``) until the kill seam SIGKILLs it at ``point``."""
+    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", ENV: f"{point[0]}:{point[1]}", **env_vars}
     proc = subprocess.run([sys.executable, "-m", "tsctl", "train", *args], env=env, capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{proc.stderr}"
 
@@ -104,6 +104,21 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_result(reference, kil
         kill([*args, "resume=true"], again)
     tsctl("train", *args, "resume=true")
     assert_same_as(ref, run)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_by_a_process_with_other_threads_takes_the_threads_it_started_with(reference):
+    ref, args = reference
+    run = ref.parent / "threads"
+    args = [*args, f"name={run.name}"]
+    kill(args, ("step-logged", 3), OMP_NUM_THREADS="1")  # after the checkpoint of step 2
+    assert json.loads((run / "manifest.json").read_text())["arithmetic"]["torch_threads"] == 1
+    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000", "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-m", "tsctl", "train", *args, "resume=true"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "resuming at 1 torch thread(s) as the run started (this process had 2)" in done.stdout + done.stderr
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["arithmetic"]["torch_threads"] == 1  # as it started
 
 
 @pytest.fixture(scope="module")

@@ -248,3 +248,20 @@ def test_runs_from_different_built_in_models_are_named_in_a_warning(sweep):
     expected = ("**Warning: runs from different base models.** the runs started from 2 different built-in models: "
                 "aaaaaaaaaaaa (2 runs), bbbbbbbbbbbb (1 run) (manifest.json, base_model.weights_sha256)")
     assert expected in (sweep / "report" / "summary.md").read_text()
+
+
+def test_runs_of_different_arithmetic_are_named_in_a_warning(sweep):
+    def ran_with(name: str, threads: int) -> None:
+        manifest = sweep / name / "manifest.json"
+        arithmetic = {"device": "cpu", "cpu_capability": "AVX2", "torch_threads": threads}
+        manifest.write_text(json.dumps(json.loads(manifest.read_text()) | {"arithmetic": arithmetic}))
+
+    ran_with("ratio=0-seed=1", 1)
+    ran_with("ratio=50-seed=1", 1)
+    report(sweep, echo=False)
+    assert "Warning" not in (sweep / "report" / "summary.md").read_text()  # one arithmetic; runs without one left aside
+    ran_with("ratio=0-seed=2", 2)
+    report(sweep, echo=False)
+    expected = ("**Warning: runs of different arithmetic.** the runs ran with 2 different arithmetics: cpu AVX2, 1 thread "
+                "(2 runs), cpu AVX2, 2 threads (1 run) (manifest.json, arithmetic)")
+    assert expected in (sweep / "report" / "summary.md").read_text()

@@ -52,11 +52,15 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
     for name, digest in (("ratio=0-seed=1", "aaaaaaaaaaaa"), ("ratio=25-seed=1", "aaaaaaaaaaaa"), ("ratio=25-seed=2", "bbbbbbbbbbbb")):
         base = {"path": "m", "weights_sha256": digest}
         (sweep / name / "manifest.json").write_text(json.dumps({"status": "completed", "base_model": base}))
+    manifest = json.loads((sweep / "ratio=25-seed=2" / "manifest.json").read_text())
+    arithmetic = {"device": "cpu", "cpu_capability": "AVX2", "torch_threads": 1}
+    (sweep / "ratio=25-seed=2" / "manifest.json").write_text(json.dumps(manifest | {"arithmetic": arithmetic}))
     page = results.render(tmp_path / "runs")
     assert "Pending: no run yet (`python scripts/results.py --only arithmetic-ratio`)" in page
     # 20 steps of 30, 60 and 90 s: 10, 20 and 30 min per seed
     assert ("Code: git revision 90b822d, unknown. Base model: the built-in model whose weights' sha256 begins aaaaaaaaaaaa (2 run(s)), "
-            "bbbbbbbbbbbb (1 run(s)), not recorded (3 run(s)) (different warm-ups: compare with care). Training took 20 min per run (10-30;") in page
+            "bbbbbbbbbbbb (1 run(s)), not recorded (3 run(s)) (different warm-ups: compare with care). Arithmetic (manifest.json): "
+            "cpu AVX2, 1 thread (1 run(s)), not recorded (5 run(s)). Training took 20 min per run (10-30;") in page
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
     # (i) along the position: tokens 4-7 are 0.2 + 0.002*seed below tokens 0-3;
     # over training: steps 19-20 minus steps 1-2 is -18 * (0.01 + 0.0005*seed), -0.189 on average

@@ -10,12 +10,11 @@ threads on the cores: on CPU a step then runs up to 10x slower). So, before the 
   and sets ``CUDA_VISIBLE_DEVICES`` to that GPU alone: N workers, N different GPUs. A worker keeps its
   GPU for every later point it runs (CUDA, once started, cannot move). More jobs than GPUs: the extra
   workers share round-robin (``Pinning.shares``).
-- **Threads.** ``torch.set_num_threads(cores // R)`` (at least 1), R the points of the sweep running
-  now (each holds a lock file in ``<sweep>/.running/`` while it runs, at most N; a point starts
-  counting every unfinished point, up to N, as running). The training loop
-  calls :func:`rebalance_threads` before each step, so a point left alone near the end of a sweep
-  takes every core. ``TSCTL_THREADS_PER_JOB=<k>`` sets ``k`` instead. (The thread count does not
-  change a run's numbers here: one and two threads gave identical metrics.)
+- **Threads.** ``torch.set_num_threads(cores // N)`` (at least 1) for the point's whole run;
+  ``TSCTL_THREADS_PER_JOB=<k>`` sets ``k`` instead. The count never changes during a run, even when a
+  point is left alone at the end of a sweep: the thread count decides how a matmul splits its sums, and
+  a run at two threads drifts away from the same run at one (:mod:`tsctl.io.arithmetic`), so a point's
+  numbers must not depend on when the other points end.
 
 One job at a time (the default launcher, ``n_jobs=1``) pins nothing: a sequential sweep runs exactly as
 ``tsctl train`` would.
@@ -43,24 +42,8 @@ POINTS_ENV = "TSCTL_SWEEP_POINTS"
 SLOTS_DIR = ".gpu-slots"
 """Folder of a sweep holding one lock file per GPU slot."""
 
-RUNNING_DIR = ".running"
-"""Folder of a sweep holding one lock file per point running now."""
-
 _held: list[IO[bytes]] = []
 """This worker's claimed slot (its lock is held while the file stays open)."""
-
-
-@dataclass
-class _Share:
-    """The running point of this worker: its sweep, the launcher's jobs, its held running lock, its threads."""
-
-    sweep: Path
-    jobs: int
-    lock: IO[bytes]
-    threads: int = 0
-
-
-_share: _Share | None = None
 
 
 @dataclass(frozen=True)
@@ -120,40 +103,9 @@ def claim_gpu(sweep: Path, gpus: list[str]) -> tuple[str, bool]:
     return gpus[os.getpid() % len(gpus)], True
 
 
-def running_points(sweep: Path) -> int:
-    """Points of ``sweep`` running now: lock files in ``<sweep>/.running/`` whose lock some process holds."""
-    own = _share.lock.name if _share is not None else None
-    count = 0
-    for path in (sweep / RUNNING_DIR).glob("*.lock"):
-        if str(path) == own:
-            count += 1
-            continue
-        with open(path, "rb") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                count += 1
-    return count
-
-
-def rebalance_threads(expected: int = 0) -> int | None:
-    """Share the cores among the points running now, or ``expected`` if more (see the module docstring); the
-    threads, None outside a parallel sweep."""
-    if _share is None:
-        return None
-    threads = threads_per_job(max(1, min(_share.jobs, max(expected, running_points(_share.sweep)))))
-    if threads != _share.threads:
-        torch.set_num_threads(threads)
-        _share.threads = threads
-    return threads
-
-
-def pin_job(sweep: Path, point: str, jobs: int, unfinished: int) -> Pinning | None:
-    """Pin this worker for point ``point`` as the module docstring says when the launcher runs ``jobs`` points
-    at once (until :func:`release_job`); None (nothing done) for one. ``unfinished``: points of the sweep not
-    yet done; until the first :func:`rebalance_threads` the point counts that many (at most ``jobs``) as
-    running, since the other workers' points may be starting at this very moment."""
-    global _share
+def pin_job(jobs: int, sweep: Path) -> Pinning | None:
+    """Pin this worker as the module docstring says when the launcher runs ``jobs`` points of ``sweep`` at
+    once; None (nothing done) for one."""
     if jobs <= 1:
         return None
     gpu, shares = os.environ.get(PINNED_ENV), False  # an earlier point of this worker claimed it
@@ -162,18 +114,6 @@ def pin_job(sweep: Path, point: str, jobs: int, unfinished: int) -> Pinning | No
         if gpus:
             gpu, shares = claim_gpu(sweep, gpus)
             os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[PINNED_ENV] = gpu
-    (sweep / RUNNING_DIR).mkdir(parents=True, exist_ok=True)
-    lock = open(sweep / RUNNING_DIR / f"{point}.lock", "wb")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    _share = _Share(sweep, jobs, lock)
-    threads = rebalance_threads(expected=unfinished)
-    assert threads is not None
+    threads = threads_per_job(jobs)
+    torch.set_num_threads(threads)
     return Pinning(gpu, shares, threads)
-
-
-def release_job() -> None:
-    """The point pinned by :func:`pin_job` has ended: it no longer counts as running (the GPU stays claimed)."""
-    global _share
-    if _share is not None:
-        _share.lock.close()
-        _share = None

@@ -21,8 +21,8 @@ Launchers (Hydra plugins; choose with ``hydra/launcher=...``):
 
 - sequential (Hydra's ``basic`` launcher): the default, one point after another in this process;
 - ``hydra/launcher=joblib hydra.launcher.n_jobs=2``: points in parallel processes on one machine, each
-  pinned to its own GPU and to its share of the cores among the points running
-  (``TSCTL_THREADS_PER_JOB`` to fix it; :mod:`tsctl.distributed.job_pinning`); mind memory: each
+  pinned to its own GPU and to cores // n_jobs CPU threads for its whole run
+  (``TSCTL_THREADS_PER_JOB`` to choose; :mod:`tsctl.distributed.job_pinning`); mind memory: each
   point loads its own model;
 - ``hydra/launcher=submitit_slurm`` (``pip install hydra-submitit-launcher``): one Slurm job per point,
   e.g. ``hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=240``;
@@ -53,7 +53,7 @@ from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
-from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job, release_job
+from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError
 from tsctl.stages.compose import check, compose_config
@@ -202,15 +202,11 @@ def point_task(node: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     folder = Path(hydra_cfg.runtime.output_dir)
     points = int(os.environ.get(POINTS_ENV, "1"))
-    finished = sum(1 for point in folder.parent.iterdir() if (point / FINAL_EVAL).is_file())
-    pinning = pin_job(folder.parent, folder.name, parallel_jobs(hydra_cfg.launcher, points), unfinished=points - finished)
+    pinning = pin_job(parallel_jobs(hydra_cfg.launcher, points), folder.parent)
     if pinning is not None:
         gpu = f", GPU {pinning.gpu}" + (" (shared: more parallel points than GPUs)" if pinning.shares else "") if pinning.gpu else ""
-        console.print(f"point {folder.name}: {pinning.threads} CPU thread(s) to start with{gpu}", highlight=False)
-    try:
-        run_point(node, folder, list(hydra_cfg.overrides.task))
-    finally:
-        release_job()
+        console.print(f"point {folder.name}: {pinning.threads} CPU thread(s){gpu}", highlight=False)
+    run_point(node, folder, list(hydra_cfg.overrides.task))
 
 
 hydra_point = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(point_task)

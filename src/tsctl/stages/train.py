@@ -60,10 +60,9 @@ from transformers import PreTrainedTokenizerBase
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed import world as ranks
-from tsctl.distributed.job_pinning import rebalance_threads
 from tsctl.engines.factory import build_engine
 from tsctl.evaluation.scoring import heldout_metrics
-from tsctl.io import faults
+from tsctl.io import arithmetic, faults
 from tsctl.io.checkpoints import latest_checkpoint
 from tsctl.io.progress import console, make_progress
 from tsctl.models.batch import pack
@@ -128,6 +127,9 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
     cfg, tr = composed.cfg, composed.cfg.trainer
     located = locate_run(cfg, composed.node, "train")
     resume_from = latest_checkpoint(located.checkpoints)
+    device = resolve_device(cfg.model.device)
+    if resume_from:
+        arithmetic.resume_as_started(located.manifest().get("arithmetic"), device)
     base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
     ctx, tokenizer = setup(cfg, str(resume_from[1] if resume_from else base), base, located, world)
     if ctx.seeds is not None and resume_from:
@@ -147,7 +149,8 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
         torch.manual_seed(cfg.seed)
     if world.main:
         run.truncate_metrics(start if resume_from else -1)
-        run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **({"world_size": world.size} if world.distributed else {}))
+        started = {} if resume_from else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
+        run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **started, **({"world_size": world.size} if world.distributed else {}))
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
     sink = MetricsSink(run, cfg.logger, composed.node) if world.main else None
     try:
@@ -156,7 +159,6 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
         with make_progress() as progress:
             bar = progress.add_task("train", total=tr.steps, completed=start, status="")
             for step in range(start, tr.steps):
-                rebalance_threads()  # a point of a parallel sweep: its share of the cores now (else nothing)
                 t_seeds = time.perf_counter()
                 if ctx.seeds is not None:
                     ctx.seeds.prepare(step, ctx.parallel.inference, ctx.engine)

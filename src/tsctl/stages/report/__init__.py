@@ -34,6 +34,7 @@ from tsctl.stages.report.compare import compare, default_baseline, parse_baselin
 from tsctl.stages.report.points import (
     FINAL_EVAL,
     Run,
+    arithmetic_warnings,
     base_model_warnings,
     final_values,
     find_runs,
@@ -46,7 +47,8 @@ from tsctl.stages.report.tables import comparisons_csv, csv_text, markdown, prin
 
 __all__ = ["FINAL_EVAL", "find_runs", "report"]
 
-NONFINITE, MIXED_CODE, MIXED_MODELS = "non-finite metric", "runs of different code", "runs from different base models"
+NONFINITE, MIXED_CODE, MIXED_MODELS, MIXED_ARITHMETIC = (
+    "non-finite metric", "runs of different code", "runs from different base models", "runs of different arithmetic")
 """Kinds of warning a report gives (console and ``summary.md``)."""
 
 
@@ -86,6 +88,7 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     warnings = [(NONFINITE, line) for p in points for run in p.used for line in run_warnings(run.path.name, final_values(run), run.records)]
     warnings += [(MIXED_CODE, line) for line in revision_warnings(points)]
     warnings += [(MIXED_MODELS, line) for line in base_model_warnings(points)]
+    warnings += [(MIXED_ARITHMETIC, line) for line in arithmetic_warnings(points)]
     notes = "".join(f"\n**Warning: {kind}.** {line}\n" for kind, line in warnings)
     assessed = assess(points, summary, rows if chosen == {"ratio": "0"} else None) if not single and is_ratio_sweep(points) else []
     claims = claims_section(assessed) if assessed else ""

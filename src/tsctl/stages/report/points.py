@@ -26,6 +26,7 @@ from typing import Any, Iterable, Optional
 from omegaconf import OmegaConf
 
 from tsctl.algo.position_metrics import SOURCE_NAMES
+from tsctl.io.arithmetic import label as arithmetic_label
 from tsctl.io.run_lock import is_held
 from tsctl.io.runs import RunDir
 
@@ -52,6 +53,8 @@ class Run:
         revision: the git revision of the code that ran it (its manifest's ``git_revision``), None when unknown.
         base_weights: the digest of the built-in model's weights it started from (its manifest's
             ``base_model.weights_sha256``), None for another model or when unknown.
+        arithmetic: what decided its rounding (its manifest's ``arithmetic``, :func:`tsctl.io.arithmetic.label`),
+            None when not recorded.
     """
 
     path: Path
@@ -63,6 +66,7 @@ class Run:
     seed: Optional[str] = None
     revision: Optional[str] = None
     base_weights: Optional[str] = None
+    arithmetic: Optional[str] = None
 
     @property
     def train_records(self) -> list[dict[str, Any]]:
@@ -117,7 +121,7 @@ def load_run(path: Path) -> Run:
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
     return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"),
-               manifest.get("git_revision"), base_weights(manifest))
+               manifest.get("git_revision"), base_weights(manifest), arithmetic_label(manifest["arithmetic"]) if manifest.get("arithmetic") else None)
 
 
 def base_weights(manifest: dict[str, Any]) -> Optional[str]:
@@ -185,25 +189,37 @@ def _listed(counts: Counter[str]) -> str:
     return ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})" for k, n in sorted(counts.items()))
 
 
+def _mixed(counts: Counter[str], what: str, advice: str) -> list[str]:
+    """``"<what with n>: a (2 runs), b (1 run) <advice>"`` when ``counts`` has more than one kind; none otherwise."""
+    if len(counts) <= 1:
+        return []
+    return [f"{what.format(n=len(counts))}: {_listed(counts)} {advice}"]
+
+
 def revision_warnings(points: list[Point]) -> list[str]:
     """A line when the points' completed runs ran more than one revision of the code (a difference
     between points may then come from the code, not the setting); none otherwise."""
     counts = Counter(run.revision[:7] if run.revision else "unknown" for p in points for run in p.used)
-    if len(counts) <= 1:
-        return []
-    return [f"the runs ran {len(counts)} revisions of the code: {_listed(counts)} (manifest.json, git_revision); a difference "
-            "between points may come from the code rather than the setting: rerun the odd ones at one revision"]
+    return _mixed(counts, "the runs ran {n} revisions of the code", "(manifest.json, git_revision); a difference between points "
+                  "may come from the code rather than the setting: rerun the odd ones at one revision")
 
 
 def base_model_warnings(points: list[Point]) -> list[str]:
     """A line when the points' completed runs started from built-in models with different weights (warmed up
     on different machines, whose arithmetic differed); runs whose manifest has no digest are left aside."""
     counts = Counter(run.base_weights for p in points for run in p.used if run.base_weights)
-    if len(counts) <= 1:
-        return []
-    return [f"the runs started from {len(counts)} different built-in models: {_listed(counts)} (manifest.json, "
-            "base_model.weights_sha256); a difference between points may come from the starting weights: train every "
-            "point from one warmed-up model (copy its _models folder, or model.cache_dir, to the other machines)"]
+    return _mixed(counts, "the runs started from {n} different built-in models", "(manifest.json, base_model.weights_sha256); "
+                  "a difference between points may come from the starting weights: train every point from one warmed-up "
+                  "model (copy its _models folder, or model.cache_dir, to the other machines)")
+
+
+def arithmetic_warnings(points: list[Point]) -> list[str]:
+    """A line when the points' completed runs ran with different arithmetic (device, CPU instruction set or torch
+    threads: the same config then gives other runs); runs whose manifest does not record it are left aside."""
+    counts = Counter(run.arithmetic for p in points for run in p.used if run.arithmetic)
+    return _mixed(counts, "the runs ran with {n} different arithmetics", "(manifest.json, arithmetic); the same config rounds "
+                  "differently under each and its runs drift apart, so a difference between points may come from it: rerun "
+                  "the odd ones on one kind of machine with one thread count (OMP_NUM_THREADS, TSCTL_THREADS_PER_JOB)")
 
 
 def tail(records: list[dict[str, Any]], share: float = TAIL, last: bool = True) -> list[dict[str, Any]]:

@@ -1,0 +1,61 @@
+"""A run's arithmetic (device, CPU instruction set, torch threads): recorded, compared, and resumed as started."""
+
+import pytest
+import torch
+
+from tsctl.io import arithmetic
+from tsctl.io.progress import console
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def threads():
+    """Torch's thread count, put back after the test."""
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+def test_the_current_arithmetic_names_the_device_the_dispatch_and_the_threads(threads):
+    torch.set_num_threads(1)
+    now = arithmetic.current(CPU)
+    assert now == {"device": "cpu", "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": 1}
+    assert sorted(now) == sorted(arithmetic.KEYS)
+
+
+def test_changes_list_each_differing_key_recorded_on_both_sides():
+    started = {"device": "cpu", "cpu_capability": "AVX512", "torch_threads": 1}
+    assert arithmetic.changes(started, started) == []
+    assert arithmetic.changes(started, {"device": "cpu", "cpu_capability": "AVX2", "torch_threads": 2}) == [
+        "cpu_capability AVX512 -> AVX2", "torch_threads 1 -> 2"]
+    assert arithmetic.changes({"torch_threads": 1}, {"device": "NVIDIA H200", "torch_threads": 1}) == []  # device not recorded
+
+
+def test_a_label_is_one_short_line():
+    assert arithmetic.label({"device": "cpu", "cpu_capability": "AVX2", "torch_threads": 1}) == "cpu AVX2, 1 thread"
+    assert arithmetic.label({"device": "NVIDIA H200", "cpu_capability": "AVX512", "torch_threads": 16}) == "NVIDIA H200 AVX512, 16 threads"
+
+
+def test_a_resumed_run_takes_the_threads_it_started_with_and_says_so(threads, capsys):
+    torch.set_num_threads(2)
+    started = arithmetic.current(CPU) | {"torch_threads": 1}
+    with console.capture() as out:
+        left = arithmetic.resume_as_started(started, CPU)
+    assert torch.get_num_threads() == 1 and left == []
+    assert "resuming at 1 torch thread(s) as the run started (this process had 2)" in out.get()
+
+
+def test_what_a_resume_cannot_take_is_a_warning(threads):
+    torch.set_num_threads(1)
+    started = arithmetic.current(CPU) | {"cpu_capability": "ANOTHER", "torch_threads": 1}
+    with console.capture() as out:
+        left = arithmetic.resume_as_started(started, CPU)
+    assert left == [f"cpu_capability ANOTHER -> {torch.backends.cpu.get_cpu_capability()}"]
+    assert "warning: this run started with other arithmetic (cpu_capability ANOTHER ->" in " ".join(out.get().split())
+
+
+def test_a_run_from_before_arithmetic_was_recorded_resumes_as_it_is(threads):
+    torch.set_num_threads(2)
+    assert arithmetic.resume_as_started(None, CPU) == [] and arithmetic.resume_as_started({}, CPU) == []
+    assert torch.get_num_threads() == 2
