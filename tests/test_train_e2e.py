@@ -44,7 +44,9 @@ def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path, mod
     assert "eval/greedy_accuracy" in records[0] and "eval/pass@1" in records[2]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "completed" and "torch" in manifest["versions"]
+    assert manifest["arithmetic"] == {"device": "cpu", "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads()}
     base = next(model_cache.glob("builtin-*"))
+    assert json.loads((base / "warmup.json").read_text())["arithmetic"]["device"] == "cpu"
     digest = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()[:12]
     assert manifest["base_model"] == {"path": str(base), "weights_sha256": digest}  # the weights it started from
     before = load_file(base / "model.safetensors")

@@ -1,8 +1,10 @@
 """The built-in model: built, warmed up on the task and cached under ``<runs_dir>/_models/``.
 
-The cache key covers everything that changes the weights (architecture, warm-up settings, task),
+The cache key covers every setting that changes the weights (architecture, warm-up settings, task),
 so ``tsctl train`` after ``tsctl warmup`` reuses the same folder, and a changed task builds anew.
-The held-out score in its ``warmup.json`` comes from the caller's scorer (the warm-up stage's,
+Its ``warmup.json`` records the warm-up's loss, time and arithmetic (torch threads and CPU instruction set,
+on which the weights can depend beside the key: another thread count rounds differently). The held-out
+score in it comes from the caller's scorer (the warm-up stage's,
 :mod:`tsctl.stages.warmup`), which samples with an engine: models sit below engines.
 """
 
@@ -14,10 +16,11 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tsctl.config.schema import TsctlConfig
-from tsctl.io import atomic
+from tsctl.io import arithmetic, atomic
 from tsctl.io.progress import console
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
@@ -90,4 +93,5 @@ def build_and_warm_up(cfg: TsctlConfig, score: Scorer) -> tuple[PreTrainedModel,
     report["heldout_problems"] = len(heldout)
     report["parameters"] = sum(p.numel() for p in model.parameters())
     report["task"] = cfg.task.name
+    report["arithmetic"] = arithmetic.current(torch.device("cpu"))  # the weights depend on it (tsctl.io.arithmetic)
     return model, tokenizer, report
