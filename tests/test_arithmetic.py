@@ -24,6 +24,14 @@ def test_the_current_arithmetic_names_the_device_the_dispatch_and_the_threads(th
     assert sorted(now) == sorted(arithmetic.KEYS)
 
 
+def test_between_gpus_only_the_device_is_compared():
+    h200 = {"device": "NVIDIA H200", "cpu_capability": "AVX512", "torch_threads": 16}
+    assert arithmetic.changes(h200, h200 | {"cpu_capability": "AVX2", "torch_threads": 8}) == []  # the host's CPU
+    assert arithmetic.changes(h200, h200 | {"device": "NVIDIA A100"}) == ["device NVIDIA H200 -> NVIDIA A100"]
+    cpu = {"device": "cpu", "cpu_capability": "AVX512", "torch_threads": 1}
+    assert arithmetic.changes(cpu, h200) == ["device cpu -> NVIDIA H200", "torch_threads 1 -> 16"]
+
+
 def test_changes_list_each_differing_key_recorded_on_both_sides():
     started = {"device": "cpu", "cpu_capability": "AVX512", "torch_threads": 1}
     assert arithmetic.changes(started, started) == []
@@ -34,7 +42,8 @@ def test_changes_list_each_differing_key_recorded_on_both_sides():
 
 def test_a_label_is_one_short_line():
     assert arithmetic.label({"device": "cpu", "cpu_capability": "AVX2", "torch_threads": 1}) == "cpu AVX2, 1 thread"
-    assert arithmetic.label({"device": "NVIDIA H200", "cpu_capability": "AVX512", "torch_threads": 16}) == "NVIDIA H200 AVX512, 16 threads"
+    assert arithmetic.label({"device": "cpu", "cpu_capability": "AVX512", "torch_threads": 16}) == "cpu AVX512, 16 threads"
+    assert arithmetic.label({"device": "NVIDIA H200", "cpu_capability": "AVX512", "torch_threads": 16}) == "NVIDIA H200"
 
 
 def test_a_resumed_run_takes_the_threads_it_started_with_and_says_so(threads, capsys):
@@ -58,4 +67,22 @@ def test_what_a_resume_cannot_take_is_a_warning(threads):
 def test_a_run_from_before_arithmetic_was_recorded_resumes_as_it_is(threads):
     torch.set_num_threads(2)
     assert arithmetic.resume_as_started(None, CPU) == [] and arithmetic.resume_as_started({}, CPU) == []
+    assert torch.get_num_threads() == 2
+
+
+def test_a_final_evaluation_says_what_it_does(threads):
+    torch.set_num_threads(2)
+    with console.capture() as out:
+        arithmetic.resume_as_started(arithmetic.current(CPU) | {"torch_threads": 1}, CPU, doing="evaluating")
+    assert "evaluating at 1 torch thread(s) as the run started" in out.get()
+
+
+def test_the_thread_count_is_put_back_after_a_run_that_took_its_own(threads):
+    torch.set_num_threads(2)
+    with arithmetic.threads_kept():
+        torch.set_num_threads(1)
+    assert torch.get_num_threads() == 2
+    with pytest.raises(RuntimeError), arithmetic.threads_kept():  # also when the run fails
+        torch.set_num_threads(1)
+        raise RuntimeError("boom")
     assert torch.get_num_threads() == 2

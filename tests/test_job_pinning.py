@@ -93,4 +93,6 @@ def test_a_joblib_sweep_runs_its_points_in_pinned_workers(tmp_path: Path, model_
     for point in ("seed=0", "seed=1"):
         assert (tmp_path / "default" / "par" / point / "final_eval.json").is_file()
         manifest = json.loads((tmp_path / "default" / "par" / point / "manifest.json").read_text())
-        assert manifest["arithmetic"]["torch_threads"] == threads_per_job(2)  # set once, for the whole run
+        assert manifest["arithmetic"]["torch_threads"] == threads_per_job(2)
+        records = [json.loads(line) for line in (tmp_path / "default" / "par" / point / "metrics.jsonl").read_text().splitlines()]
+        assert {r["torch_threads"] for r in records if r["step"] >= 1} == {threads_per_job(2)}  # every step

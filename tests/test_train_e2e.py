@@ -45,6 +45,7 @@ def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path, mod
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "completed" and "torch" in manifest["versions"]
     assert manifest["arithmetic"] == {"device": "cpu", "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads()}
+    assert {r["torch_threads"] for r in records[1:]} == {torch.get_num_threads()}  # this process's: the same environment
     base = next(model_cache.glob("builtin-*"))
     assert json.loads((base / "warmup.json").read_text())["arithmetic"]["device"] == "cpu"
     digest = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()[:12]

@@ -54,6 +54,7 @@ from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
+from tsctl.io import arithmetic
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError
 from tsctl.stages.compose import check, compose_config
@@ -245,6 +246,7 @@ def train_argv(overrides: list[str], cfg: TsctlConfig) -> list[str]:
 
 def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
     """Train (or resume) one point and evaluate its final checkpoint; a failure is recorded, not raised."""
+    from tsctl.models.loading import resolve_device
     from tsctl.stages.train import train
 
     run = RunDir(folder)
@@ -257,7 +259,9 @@ def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
         if run.manifest().get("status") != "completed":
             with _argv(train_argv(overrides, composed.cfg)):
                 train(composed)
-        write_final_eval(composed.cfg, run)
+        with arithmetic.threads_kept():  # the final checkpoint is scored at the threads the run trained with
+            arithmetic.resume_as_started(run.manifest().get("arithmetic"), resolve_device(composed.cfg.model.device), doing="evaluating")
+            write_final_eval(composed.cfg, run)
         if composed.cfg.logger.name == "wandb":
             publish(composed, run)
     except Exception as err:

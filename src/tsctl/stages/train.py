@@ -108,7 +108,8 @@ def train(composed: Composed) -> RunDir:
     quiet = console.quiet
     console.quiet = quiet or not world.main
     try:
-        run = _train(composed, world)
+        with arithmetic.threads_kept():
+            run = _train(composed, world)
     except BaseException:
         ranks.stop(clean=False)
         raise
@@ -128,8 +129,8 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
     located = locate_run(cfg, composed.node, "train")
     resume_from = latest_checkpoint(located.checkpoints)
     device = resolve_device(cfg.model.device)
-    if resume_from:
-        arithmetic.resume_as_started(located.manifest().get("arithmetic"), device)
+    recorded = located.manifest().get("arithmetic") if cfg.resume else None
+    arithmetic.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
     base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
     ctx, tokenizer = setup(cfg, str(resume_from[1] if resume_from else base), base, located, world)
     if ctx.seeds is not None and resume_from:
@@ -149,7 +150,7 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
         torch.manual_seed(cfg.seed)
     if world.main:
         run.truncate_metrics(start if resume_from else -1)
-        started = {} if resume_from else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
+        started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
         run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **started, **({"world_size": world.size} if world.distributed else {}))
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
     sink = MetricsSink(run, cfg.logger, composed.node) if world.main else None
@@ -168,6 +169,7 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
                 # Seed generation (at refresh steps) counts toward the step that triggered it.
                 record["time/seeds"] = seeds_time
                 record["time/step"] += seeds_time
+                record["torch_threads"] = torch.get_num_threads()
                 done = step + 1
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
                     record.update(heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, done))
