@@ -55,12 +55,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _RUNNING["slow"] = item.get_closest_marker("slow") is not None
 
 
-def tsctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``python -m tsctl ARGS`` (wide output: a one-line message stays one line); unless ``check`` is
-    off, fail with its output when it exits non-zero. Only a ``slow`` test may run the command line."""
+def tsctl(*args: str, check: bool = True, **env_vars: str) -> subprocess.CompletedProcess:
+    """Run ``python -m tsctl ARGS`` (wide output: a one-line message stays one line; ``env_vars`` added to the
+    environment); unless ``check`` is off, fail with its output when it exits non-zero. Only a ``slow`` test
+    may run the command line."""
     if not _RUNNING["slow"]:
         raise AssertionError("this test runs the command line end to end: mark it @pytest.mark.slow")
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000"}
+    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000", **env_vars}
     proc = subprocess.run([sys.executable, "-m", "tsctl", *args], capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

@@ -86,3 +86,11 @@ def test_the_thread_count_is_put_back_after_a_run_that_took_its_own(threads):
         torch.set_num_threads(1)
         raise RuntimeError("boom")
     assert torch.get_num_threads() == 2
+
+
+def test_on_a_gpu_the_device_is_named_by_cuda(monkeypatch):
+    named: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: named.append(device) or "NVIDIA H200")
+    now = arithmetic.current(torch.device("cuda", 1))
+    assert now["device"] == "NVIDIA H200" and named == [torch.device("cuda", 1)]  # the rank's own GPU, not GPU 0
+    assert arithmetic.label(now) == "NVIDIA H200"

@@ -106,14 +106,6 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_result(reference, kil
     assert_same_as(ref, run)
 
 
-def resume_with_threads(args: list[str], threads: int) -> str:
-    """``tsctl train ARGS resume=true`` with ``OMP_NUM_THREADS=threads``; its output."""
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000", "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run([sys.executable, "-m", "tsctl", "train", *args, "resume=true"], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout + done.stderr
-
-
 def steps_threads(run: Path) -> set:
     """The ``torch_threads`` of every training step's record."""
     return {r["torch_threads"] for r in stable_metrics(run) if r["step"] >= 1}
@@ -123,8 +115,7 @@ def steps_threads(run: Path) -> set:
 def one_thread(reference) -> Path:
     """The reference run trained at one torch thread."""
     ref, args = reference
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "tsctl", "train", *args, "name=one-thread"], env=env, check=True, capture_output=True)
+    tsctl("train", *args, "name=one-thread", OMP_NUM_THREADS="1")
     assert steps_threads(ref.parent / "one-thread") == {1}
     return ref.parent / "one-thread"
 
@@ -137,8 +128,8 @@ def test_a_run_resumed_by_a_process_with_other_threads_takes_the_threads_it_star
     args = [*args, f"name={run.name}"]
     kill(args, kill_at, OMP_NUM_THREADS="1")  # shard-written 1: no checkpoint yet; the resume starts at step 0 and reuses the shard
     assert json.loads((run / "manifest.json").read_text())["arithmetic"]["torch_threads"] == 1
-    output = resume_with_threads(args, 2)
-    assert "resuming at 1 torch thread(s) as the run started (this process had 2)" in output
+    done = tsctl("train", *args, "resume=true", OMP_NUM_THREADS="2")
+    assert "resuming at 1 torch thread(s) as the run started (this process had 2)" in done.stdout + done.stderr
     assert json.loads((run / "manifest.json").read_text())["arithmetic"]["torch_threads"] == 1  # as it started
     assert steps_threads(run) == {1}  # every step, those before the kill and those after
     assert_same_as(one_thread, run)
