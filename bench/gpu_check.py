@@ -76,6 +76,7 @@ from tsctl.models.precision import compute_dtype  # noqa: E402
 from tsctl.models.prompts import PromptFormatter  # noqa: E402
 from tsctl.models.tokenizer import build_char_tokenizer  # noqa: E402
 from tsctl.seeds.bank import SeedBank  # noqa: E402
+from tsctl.seeds.base import uses_seeds  # noqa: E402
 from tsctl.stages.train import train_step  # noqa: E402
 from tsctl.tasks.base import Problem  # noqa: E402
 from tsctl.tasks.registry import build_task  # noqa: E402
@@ -84,10 +85,12 @@ from tsctl.trainer.optim import load_trainable, make_optimizer  # noqa: E402
 
 SIZES: dict[str, dict[str, int]] = {
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936),
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, vocab_size=151936),
     "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, vocab_size=8192),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=512),
 }
-"""Model shapes: ``0.5b`` is Qwen2.5-0.5B's; ``small`` and ``tiny`` are for CPU runs."""
+"""Model shapes: ``0.5b`` is Qwen2.5-0.5B's, ``1.5b`` Qwen2.5-Math-1.5B's (the ``qwen2.5-math-1.5b`` preset's
+model, for its memory); ``small`` and ``tiny`` are for CPU runs."""
 
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100 PCIe": 756.0, "H100": 989.4, "H800": 989.4, "A100": 312.0, "L40S": 362.0}
 """Dense bf16 tensor-core peaks by device name (first match wins), for MFU."""
@@ -118,6 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=None, help="samples per prompt (default: 8 on cuda, 4 on cpu)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="response budget (default: 256 on cuda, 8 on cpu)")
     parser.add_argument("--micro-batch-tokens", type=int, default=16384, help="trainer.micro_batch_tokens")
+    parser.add_argument("--micro-batch-size", type=int, default=0, help="trainer.micro_batch_size (0: by tokens alone)")
+    parser.add_argument("--ratio", type=float, default=25.0, help="off-policy ratio (0: no seeds, half the generation)")
     parser.add_argument("--time-budget", type=float, default=420.0, help="seconds; a step that would end past them is not started")
     parser.add_argument("--skip-vllm", action="store_true", help="skip the vLLM run even when vLLM is importable")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
@@ -138,7 +143,7 @@ def build_model(size: str, folder: Path, device: str) -> dict[str, Any]:
     shape = SIZES[size]
     tokenizer = build_char_tokenizer(shape["vocab_size"])
     config = Qwen2Config(
-        **shape, max_position_embeddings=32768 if size == "0.5b" else 1024, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+        **shape, max_position_embeddings={"0.5b": 32768, "1.5b": 4096}.get(size, 1024), rope_theta=1_000_000.0, rms_norm_eps=1e-6,
         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -154,7 +159,7 @@ def build_model(size: str, folder: Path, device: str) -> dict[str, Any]:
 
 def make_config(args: argparse.Namespace, model_dir: Path, engine: str = "hf") -> TsctlConfig:
     """The run's config, built on the schema (no Hydra needed; the tests validate it, which needs OmegaConf)."""
-    cfg = TsctlConfig(ratio=25.0, refresh=2, truncation="uniform", seed=0)
+    cfg = TsctlConfig(ratio=args.ratio, refresh=2, truncation="uniform", seed=0)
     cfg.model.path, cfg.model.device, cfg.model.use_chat_template = str(model_dir), args.device, False
     cfg.task.name, cfg.task.train_size, cfg.task.heldout_size = "arithmetic", 2000, 100
     e = cfg.engine
@@ -162,7 +167,8 @@ def make_config(args: argparse.Namespace, model_dir: Path, engine: str = "hf") -
     tr = cfg.trainer
     tr.steps, tr.batch_size, tr.n, tr.mini_batches = args.steps, args.batch_size, args.n, 2
     tr.lr, tr.warmup_steps, tr.old_logprobs = 1e-6, 0, "recompute"
-    tr.gradient_checkpointing, tr.micro_batch_tokens, tr.eval_every = True, args.micro_batch_tokens, 0
+    tr.gradient_checkpointing, tr.micro_batch_tokens, tr.micro_batch_size = True, args.micro_batch_tokens, args.micro_batch_size
+    tr.eval_every = 0
     return cfg
 
 
@@ -216,7 +222,7 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
     problems = list(task.problems("train"))
     engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, cfg.model.path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
     optimizer, scheduler = make_optimizer(cfg, model)
-    seeds = SeedBank(work / f"seeds-{cfg.engine.name}", cfg, formatter, task, problems, work / f"checkpoints-{cfg.engine.name}", cfg.model.path)
+    seeds = SeedBank(work / f"seeds-{cfg.engine.name}", cfg, formatter, task, problems, work / f"checkpoints-{cfg.engine.name}", cfg.model.path) if uses_seeds(cfg) else None
     rollouts = work / f"rollouts-{cfg.engine.name}"
     ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds=seeds, rollouts_dir=rollouts)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -229,7 +235,8 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
         if step and time.perf_counter() - started + 1.2 * last > args.time_budget:
             break  # another step would overrun the budget (the steps after a refresh cost about the same)
         t0 = time.perf_counter()
-        seeds.prepare(step, model, engine)
+        if seeds is not None:
+            seeds.prepare(step, model, engine)
         record = train_step(step, ctx)
         shard = read_shard(rollouts / f"step-{step + 1:06d}.parquet", "rollout").table.to_pydict()
         rows = [(len(p), len(r)) for p, r in zip(shard["prompt_ids"], shard["response_ids"])]
@@ -242,6 +249,7 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
             "update_tokens_per_s": record["train_tokens_per_s"], "update_tflops": tflops,
             "pg_loss": record.get("pg_loss"), "grad_norm": record.get("grad_norm"),
             "logprob_gap_abs_mean": record.get("logprob_gap/abs_mean"), "reward_mean": record["reward/mean"],
+            "peak_memory_gib": peak_memory_gib(args.device),  # so far: a run stopped later still tells it
         })
         print(f"step {step + 1}: {json.dumps(per_step[-1])}", file=sys.stderr, flush=True)
     after = model.state_dict()
