@@ -42,8 +42,19 @@ def test_gpu_check_runs_on_cpu_and_reports_every_key(tmp_path):
     assert result["rollout_tokens_per_s"] > 0 and result["update_tokens_per_s"] > 0 and result["peak_memory_gib"] > 0
     assert 0 < result["update_mfu"] and result["update_tflops"] == pytest.approx(result["update_mfu"] * result["peak_tflops"])
     assert [s["step"] for s in result["per_step"]] == [1, 2]
+    assert 0 < result["per_step"][0]["peak_memory_gib"] <= result["per_step"][1]["peak_memory_gib"]  # so far, each step
     assert result["process_group"] == {"backend": "gloo", "cpu_all_reduce": True}
     assert result["model"]["vocab_size"] == 512 and result["vllm"] == {"skipped": "cpu run"}
+
+
+@pytest.mark.slow
+def test_gpu_check_without_seeds_runs_no_seed_bank(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--size", "tiny", "--steps", "1", "--ratio", "0", "--micro-batch-size", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 0 and result["error"] is None, result.get("traceback")
+    assert result["steps_done"] == 1 and result["settings"]["ratio"] == 0 and result["settings"]["micro_batch_size"] == 2
 
 
 def load_script():
