@@ -78,6 +78,7 @@ def test_a_killed_cuda_run_resumes_to_the_same_result(cuda_run):
     tsctl("train", *args, "name=killed", "resume=true")
     run = ref.parent / "killed"
     expected, got = stable(ref), stable(run)
+    assert [r["step"] for r in got] == [r["step"] for r in expected]
     differing = [(e["step"], k, e[k], g.get(k)) for e, g in zip(expected, got) for k in e if e[k] != g.get(k)]
     assert differing == [], differing[:12]
     final = Path("checkpoints") / "step-4" / "model.safetensors"
