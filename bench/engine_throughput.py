@@ -1,96 +1,145 @@
-"""Throughput of the hf engine against plain ``model.generate`` on a tiny Llama, CPU, 2 threads.
+"""Throughput of the hf engine against plain ``model.generate`` on a random model, CPU or CUDA.
 
-A random ~3.4M-parameter Llama (hidden 192, 6 layers, 6 heads, SwiGLU 704, vocab 128, fp32) samples
-128 sequences x 48 new tokens from left-padded prompts of 14-18 tokens, in two layouts: 16 prompts x 8
-samples (the RL case; the engine prefills each prompt once) and 128 distinct prompts. No EOS stops a
-row, so both sides decode exactly the same number of tokens. The two sides are interleaved and the
-median over the repeats is reported with the min-max spread.
+By default (CPU) a random ~3.4M-parameter Llama (hidden 192, 6 layers, 6 heads, SwiGLU 704, vocab 128,
+fp32) samples 128 sequences x 48 new tokens from left-padded prompts of 14-18 tokens, in two layouts:
+16 prompts x 8 samples (the RL case; the engine prefills each prompt once) and 128 distinct prompts.
+No EOS stops a row, so both sides decode exactly the same number of tokens. The two sides are
+interleaved and the median over the repeats is reported with the min-max spread, and the time per
+decode step (a whole batch's token).
+
+On CUDA the default is Qwen2.5-0.5B's shape (random init, fp32 weights) with bf16 autocast around both
+sides, as ``tsctl train`` samples on a GPU: what the engine costs there against HF's own loop.
 
     python bench/engine_throughput.py [--repeats 7] [--threads 2]
+    python bench/engine_throughput.py --device cuda --new-tokens 256 --repeats 3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.hf import HFEngine
 
-PAD, SAMPLES, NEW_TOKENS = 0, 128, 48
+PAD = 0
+
+SHAPES = {
+    "tiny-llama": (LlamaConfig, LlamaForCausalLM, dict(
+        hidden_size=192, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=6, intermediate_size=704, vocab_size=128)),
+    "qwen2-0.5b": (Qwen2Config, Qwen2ForCausalLM, dict(
+        hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
+        vocab_size=151936, tie_word_embeddings=True)),
+}
+"""Model shapes: a tiny Llama for CPUs, Qwen2.5-0.5B's for GPUs."""
 
 
-def build_model() -> LlamaForCausalLM:
-    config = LlamaConfig(
-        hidden_size=192, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=6,
-        intermediate_size=704, vocab_size=128, max_position_embeddings=256,
-        pad_token_id=PAD, bos_token_id=1, eos_token_id=None,
-    )
-    return LlamaForCausalLM(config).eval()
+def build_model(shape: str, device: str, context: int) -> PreTrainedModel:
+    """A random-init model of ``shape`` (fp32) on ``device`` with room for ``context`` positions."""
+    config_class, model_class, sizes = SHAPES[shape]
+    config = config_class(**sizes, max_position_embeddings=context, pad_token_id=PAD, bos_token_id=1, eos_token_id=None)
+    with torch.device(device):
+        return model_class(config).float().eval()
 
 
-def make_prompts(groups: int) -> list[list[int]]:
-    """``groups`` random prompts of 14-18 tokens, each repeated SAMPLES // groups times."""
+def make_prompts(groups: int, samples: int) -> list[list[int]]:
+    """``groups`` random prompts of 14-18 tokens, each repeated ``samples // groups`` times."""
     prompts = [torch.randint(3, 128, (int(torch.randint(14, 19, ())),)).tolist() for _ in range(groups)]
-    return [p for p in prompts for _ in range(SAMPLES // groups)]
+    return [p for p in prompts for _ in range(samples // groups)]
 
 
-def time_engine(engine: HFEngine, prompts: list[list[int]]) -> float:
+def _timed(device: torch.device, run) -> tuple[float, object]:
+    """Seconds of ``run()`` (the device's queued work included) and its result."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = run()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def time_engine(engine: HFEngine, prompts: list[list[int]], new_tokens: int) -> float:
     requests = [Request(p) for p in prompts]
-    start = time.perf_counter()
-    completions = engine.generate(requests, SamplingParams(max_new_tokens=NEW_TOKENS))
-    elapsed = time.perf_counter() - start
-    assert all(len(c.token_ids) == NEW_TOKENS for c in completions)
+    elapsed, completions = _timed(engine.device, lambda: engine.generate(requests, SamplingParams(max_new_tokens=new_tokens)))
+    assert all(len(c.token_ids) == new_tokens for c in completions)
     return elapsed
 
 
-def time_generate(model: LlamaForCausalLM, prompts: list[list[int]]) -> float:
+def time_generate(model: PreTrainedModel, prompts: list[list[int]], new_tokens: int, dtype: torch.dtype) -> float:
+    """``model.generate`` on the left-padded prompts, under autocast to ``dtype`` when it is not float32."""
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(
-            ids, attention_mask=mask, do_sample=True, max_new_tokens=NEW_TOKENS, pad_token_id=PAD,
-            top_k=None, top_p=None, temperature=1.0,
-        )
-    elapsed = time.perf_counter() - start
-    assert out.shape == (len(prompts), width + NEW_TOKENS)
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
+    autocast = torch.autocast(model.device.type, dtype) if dtype != torch.float32 else contextlib.nullcontext()
+
+    def run():
+        with torch.inference_mode(), autocast:
+            return model.generate(
+                ids, attention_mask=mask, do_sample=True, max_new_tokens=new_tokens, pad_token_id=PAD,
+                top_k=None, top_p=None, temperature=1.0,
+            )
+
+    elapsed, out = _timed(model.device, run)
+    assert out.shape == (len(prompts), width + new_tokens)
     return elapsed
 
 
-def summary(name: str, seconds: list[float]) -> float:
-    rates = sorted(SAMPLES * NEW_TOKENS / s for s in seconds)
+def summary(name: str, seconds: list[float], samples: int, new_tokens: int) -> float:
+    rates = sorted(samples * new_tokens / s for s in seconds)
     median = statistics.median(rates)
-    print(f"  {name:<16} {median:8.0f} tok/s  (min {rates[0]:.0f}, max {rates[-1]:.0f})")
+    step_ms = 1000 * statistics.median(seconds) / new_tokens
+    print(f"  {name:<16} {median:8.0f} tok/s  (min {rates[0]:.0f}, max {rates[-1]:.0f})  {step_ms:6.2f} ms per decode step")
     return median
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cuda = torch.cuda.is_available()
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if cuda else "cpu")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default=None, help="model shape (default: qwen2-0.5b on cuda, tiny-llama on cpu)")
+    parser.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default=None,
+                        help="autocast dtype of both sides (default: bfloat16 on cuda, float32 on cpu)")
+    parser.add_argument("--samples", type=int, default=128, help="sequences per batch (a multiple of 8)")
+    parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    on_gpu = args.device == "cuda"
+    args.shape = args.shape or ("qwen2-0.5b" if on_gpu else "tiny-llama")
+    args.compute_dtype = args.compute_dtype or ("bfloat16" if on_gpu else "float32")
+    if on_gpu and not cuda:
+        parser.error("--device cuda but torch sees no CUDA device; use --device cpu")
+    if args.samples < 8 or args.samples % 8:
+        parser.error(f"--samples {args.samples}: a multiple of 8 (16 prompts x 8 samples is one layout)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = build_model()
-    engine = HFEngine(model, end_ids=-1, pad_id=PAD, batch_size=SAMPLES)
-    print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params, "
-          f"{SAMPLES} sequences x {NEW_TOKENS} new tokens, {args.threads} threads, {args.repeats} repeats")
-    for groups in (SAMPLES // 8, SAMPLES):
-        prompts = make_prompts(groups)
-        time_engine(engine, prompts)  # warm-up
-        time_generate(model, prompts)
+    dtype = getattr(torch, args.compute_dtype)
+    model = build_model(args.shape, args.device, context=64 + args.new_tokens)
+    engine = HFEngine(model, end_ids=-1, pad_id=PAD, batch_size=args.samples, compute_dtype=dtype)
+    print(f"model: {args.shape}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {args.device}, "
+          f"compute {args.compute_dtype}, {args.samples} sequences x {args.new_tokens} new tokens, "
+          f"{args.threads} threads, {args.repeats} repeats")
+    for groups in (args.samples // 8, args.samples):
+        prompts = make_prompts(groups, args.samples)
+        time_engine(engine, prompts, args.new_tokens)  # warm-up
+        time_generate(model, prompts, args.new_tokens, dtype)
         ours, theirs = [], []
         for _ in range(args.repeats):
-            ours.append(time_engine(engine, prompts))
-            theirs.append(time_generate(model, prompts))
-        print(f"{groups} prompts x {SAMPLES // groups} samples:")
-        ratio = summary("hf engine", ours) / summary("model.generate", theirs)
+            ours.append(time_engine(engine, prompts, args.new_tokens))
+            theirs.append(time_generate(model, prompts, args.new_tokens, dtype))
+        print(f"{groups} prompts x {args.samples // groups} samples:")
+        ratio = summary("hf engine", ours, args.samples, args.new_tokens) / summary("model.generate", theirs, args.samples, args.new_tokens)
         per_repeat = sorted(t / o for o, t in zip(ours, theirs))
         print(f"  speed-up        {ratio:8.2f}x  (per repeat: min {per_repeat[0]:.2f}x, max {per_repeat[-1]:.2f}x)")
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -324,3 +328,14 @@ def test_rows_past_a_sliding_window_are_refused_with_the_fix():
     assert len(fits) == 1  # 3 + 1 + 4 = 8 tokens: inside the window
     with pytest.raises(ConfigError, match="sliding window of 8 tokens.*reach 9 tokens.*engine.max_new_tokens"):
         engine.generate([Request(prompt_ids=[3, 4, 5], prefix_ids=[6])], SamplingParams(max_new_tokens=5, seed=1))
+
+
+@pytest.mark.slow
+def test_the_engine_throughput_bench_runs_under_autocast_and_reports_both_sides():
+    script = Path(__file__).resolve().parents[1] / "bench" / "engine_throughput.py"
+    cmd = [sys.executable, str(script), "--device", "cpu", "--compute-dtype", "bfloat16", "--samples", "8", "--new-tokens", "4",
+           "--repeats", "1", "--threads", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "compute bfloat16, 8 sequences x 4 new tokens" in proc.stdout
+    assert proc.stdout.count("ms per decode step") == 4 and proc.stdout.count("speed-up") == 2
