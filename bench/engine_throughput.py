@@ -19,13 +19,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+SOURCE = Path(__file__).resolve().parents[1] / "src"
+if (SOURCE / "tsctl").is_dir():  # time this checkout's engine, installed or not
+    sys.path.insert(0, str(SOURCE))
 
-from tsctl.engines.base import Request, SamplingParams
-from tsctl.engines.hf import HFEngine
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+from tsctl.engines.base import Request, SamplingParams  # noqa: E402
+from tsctl.engines.hf import HFEngine  # noqa: E402
 
 PAD = 0
 

@@ -16,7 +16,8 @@ the weights, and measures its speed.
 
 Printed at the end, on stdout, as one JSON object (the same keys on CPU and GPU):
 
-- ``ok``: every step ran, every loss and gradient norm was finite, the parameters changed;
+- ``ok``: every step ran, every loss and gradient norm was finite, the parameters changed, and the
+  process-group backend all-reduced its tensors (``process_group``);
 - ``steps_done``, ``loss_finite``, ``parameters_changed``, ``changed_fraction``, ``max_abs_change``;
 - ``logprob_gap``: the engine's log-probs of its sampled tokens against the trainer's recompute
   (``abs_mean``, ``abs_max``, signed ``mean``, ``ratio_mean`` of ``exp(engine - trainer)``);
