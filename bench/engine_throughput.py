@@ -122,7 +122,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if on_gpu and not cuda:
         parser.error("--device cuda but torch sees no CUDA device; use --device cpu")
     if args.samples < 8 or args.samples % 8:
-        parser.error(f"--samples {args.samples}: a multiple of 8 (16 prompts x 8 samples is one layout)")
+        parser.error(f"--samples {args.samples}: a multiple of 8 (one layout is samples // 8 prompts x 8 samples each)")
     return args
 
 

@@ -1,6 +1,8 @@
 """Shared fixtures: micro-sized overrides so end-to-end runs take seconds."""
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +68,23 @@ def tsctl(*args: str, check: bool = True, **env_vars: str) -> subprocess.Complet
     if check and proc.returncode != 0:
         raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+VOLATILE = ("time/", "tokens_per_s", "eval/seconds")
+"""Metric keys that differ between two runs of the same computation (wall times and rates)."""
+
+
+def stable_metrics(run: Path) -> list[dict]:
+    """The run folder ``run``'s metric records (``metrics.jsonl``) without their :data:`VOLATILE` keys."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not any(v_ in k for v_ in VOLATILE)} for r in records]
+
+
+def kill(args: list[str], point: tuple[str, int], **env_vars: str) -> None:
+    """Run ``tsctl train ARGS`` (with the environment variables ``env_vars``) until the kill seam
+    (:mod:`tsctl.io.faults`) SIGKILLs it at ``point``, the ``n``-th passage of a named point."""
+    from tsctl.io.faults import ENV
+
+    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", ENV: f"{point[0]}:{point[1]}", **env_vars}
+    proc = subprocess.run([sys.executable, "-m", "tsctl", "train", *args], env=env, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{proc.stderr[-3000:]}"

@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import micro_args, tsctl
+from conftest import micro_args, stable_metrics, tsctl
 from distributed_update import CASES, LR, full_moments, update
 from test_update import tiny_model
 from tsctl.io.checkpoints import STATE_FILE, load_state
 from tsctl.io.sharded_checkpoints import load_training_state
 
 HERE = Path(__file__).resolve().parent
-VOLATILE = ("time/", "tokens_per_s", "eval/seconds")
 
 
 def torchrun(*args: str, ranks: int = 2, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -112,11 +111,6 @@ def test_a_one_process_checkpoint_loads_on_two_ranks(two_ranks, one_process):
 
 
 # ---- whole runs ----------------------------------------------------------------------------------------------
-
-
-def stable_metrics(run: Path) -> list[dict]:
-    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in rec.items() if not any(k.startswith(p) or k.endswith(p) for p in VOLATILE)} for rec in lines]
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,16 @@ points come from the ``TSCTL_KILL_AT`` seam (:mod:`tsctl.io.faults`).
 """
 
 import json
-import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import micro_args, tsctl
+from conftest import kill, micro_args, stable_metrics, tsctl
 from tsctl.cli import app
 from tsctl.io.checkpoints import STATE_FILE
-from tsctl.io.faults import ENV
 from tsctl.seeds.bank import SeedBank
 from tsctl.stages.compose import compose_config
 from tsctl.stages.report.points import load_run
@@ -33,7 +28,6 @@ last); keep_checkpoints=1, so step-2 survives only because its window is open.""
 HITS = {"shard-written": 2, "checkpoint-partial": 3, "step-logged": 4}
 """Passages through each kill point in one uninterrupted run with SETTINGS."""
 
-VOLATILE = ("time/", "tokens_per_s", "eval/seconds")
 
 
 def draw_trials(seed: int = 14, count: int = 3) -> list[tuple[tuple[str, int], tuple[str, int] | None]]:
@@ -54,11 +48,6 @@ def label(kill: tuple[str, int], again: tuple[str, int] | None) -> str:
     return f"{kill[0]}-{kill[1]}" + (f"+{again[0]}-{again[1]}" if again else "")
 
 
-def stable_metrics(run: Path) -> list[dict]:
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not any(v_ in k for v_ in VOLATILE)} for r in records]
-
-
 def assert_same_as(reference: Path, run: Path) -> None:
     """``run`` ended exactly as ``reference``: metrics, seed shards, final weights; completed, no temp files."""
     assert stable_metrics(run) == stable_metrics(reference)
@@ -68,13 +57,6 @@ def assert_same_as(reference: Path, run: Path) -> None:
     assert (run / final).read_bytes() == (reference / final).read_bytes()
     assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
     assert [p for p in run.rglob("*.tmp")] == []
-
-
-def kill(args: list[str], point: tuple[str, int], **env_vars: str) -> None:
-    """Run ``tsctl train ARGS`` (with the environment variables ``env_vars``) until the kill seam SIGKILLs it at ``point``."""
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", ENV: f"{point[0]}:{point[1]}", **env_vars}
-    proc = subprocess.run([sys.executable, "-m", "tsctl", "train", *args], env=env, capture_output=True, text=True)
-    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{proc.stderr}"
 
 
 @pytest.fixture(scope="module")

@@ -10,18 +10,13 @@ the GPU slots of :mod:`tsctl.distributed.job_pinning`.
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import micro_args, tsctl
-from tsctl.io.faults import ENV
+from conftest import kill, micro_args, stable_metrics, tsctl
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -32,15 +27,9 @@ SETTINGS = [
 ]
 """Every memory option at once, on a run short enough for seconds: two seed windows, checkpoints at 2 and 4."""
 
-VOLATILE = ("time/", "tokens_per_s", "eval/seconds")
-
 
 def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def stable(run: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if not any(v_ in k for v_ in VOLATILE)} for r in records(run)]
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +61,10 @@ def test_a_run_on_cuda_steps_float32_weights_with_bf16_compute(cuda_run, model_c
 
 def test_a_killed_cuda_run_resumes_to_the_same_result(cuda_run):
     ref, args = cuda_run
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", ENV: "step-logged:3"}  # step 3 logged; checkpoint step-2 is the last
-    proc = subprocess.run([sys.executable, "-m", "tsctl", "train", *args, "name=killed"], env=env, capture_output=True, text=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    kill([*args, "name=killed"], ("step-logged", 3))  # step 3 logged; checkpoint step-2 is the last
     tsctl("train", *args, "name=killed", "resume=true")
     run = ref.parent / "killed"
-    expected, got = stable(ref), stable(run)
+    expected, got = stable_metrics(ref), stable_metrics(run)
     assert [r["step"] for r in got] == [r["step"] for r in expected]
     differing = [(e["step"], k, e[k], g.get(k)) for e, g in zip(expected, got) for k in e if e[k] != g.get(k)]
     assert differing == [], differing[:12]
