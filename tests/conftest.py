@@ -74,10 +74,14 @@ VOLATILE = ("time/", "tokens_per_s", "eval/seconds")
 """Metric keys that differ between two runs of the same computation (wall times and rates)."""
 
 
+def metrics(run: Path) -> list[dict]:
+    """The run folder ``run``'s metric records (``metrics.jsonl``), one per logged step."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
 def stable_metrics(run: Path) -> list[dict]:
-    """The run folder ``run``'s metric records (``metrics.jsonl``) without their :data:`VOLATILE` keys."""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not any(v_ in k for v_ in VOLATILE)} for r in records]
+    """The run folder ``run``'s metric records without their :data:`VOLATILE` keys."""
+    return [{k: v for k, v in r.items() if not any(v_ in k for v_ in VOLATILE)} for r in metrics(run)]
 
 
 def kill(args: list[str], point: tuple[str, int], **env_vars: str) -> None:
