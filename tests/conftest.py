@@ -84,11 +84,11 @@ def stable_metrics(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not any(v_ in k for v_ in VOLATILE)} for r in metrics(run)]
 
 
-def kill(args: list[str], point: tuple[str, int], **env_vars: str) -> None:
-    """Run ``tsctl train ARGS`` (with the environment variables ``env_vars``) until the kill seam
+def kill(args: list[str], point: tuple[str, int], command: str = "train", **env_vars: str) -> None:
+    """Run ``tsctl COMMAND ARGS`` (with the environment variables ``env_vars``) until the kill seam
     (:mod:`tsctl.io.faults`) SIGKILLs it at ``point``, the ``n``-th passage of a named point."""
     from tsctl.io.faults import ENV
 
     env = {**os.environ, "TSCTL_NO_PROGRESS": "1", ENV: f"{point[0]}:{point[1]}", **env_vars}
-    proc = subprocess.run([sys.executable, "-m", "tsctl", "train", *args], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "tsctl", command, *args], env=env, capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{proc.stderr[-3000:]}"

@@ -3,19 +3,17 @@ point is recorded without losing the others, wandb works offline, and ``tsctl re
 
 import csv
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-from conftest import tsctl
+from conftest import kill, tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.io.runs import open_run
-from tsctl.stages.ablate import ablate, expand, sweep_name
+from tsctl.stages.ablate import ablate, expand, plan, sweep_name
+from tsctl.stages.compose import compose_config
 
 PLOTS = ("reward_accuracy.png", "entropy_by_position.png", "clip_by_position.png", "passk.png")
 
@@ -48,6 +46,34 @@ def test_points_are_hydra_sweeps_and_the_sweep_folder_ignores_their_order():
     assert sweep_name(points) == sweep_name(expand(["refresh=5", "seed=2,1", "ratio=25,0", "runs_dir=elsewhere"])[0])
     with pytest.raises(ConfigError, match="cannot be swept"):
         expand(["experiment=a,b"])
+
+
+def test_a_sweep_of_seed_knobs_without_seeds_is_refused(tmp_path):
+    where = f"runs_dir={tmp_path}"
+    with pytest.raises(ConfigError, match="truncation.*ratio=0.*add ratio=25"):
+        plan(["truncation=uniform,entropy", "refresh=5,20", where])
+    with pytest.raises(ConfigError, match="seeds.selector"):
+        plan(["ratio=0", "seeds.selector=latest,bandit", where])
+    assert len(plan(["ratio=25", "truncation=uniform,entropy", where]).points) == 2
+    assert len(plan(["ratio=0,25", "refresh=5,20", where]).points) == 4  # the ratio=25 points differ
+    assert not list(tmp_path.iterdir())  # planning writes nothing
+
+def test_the_readmes_slurm_recipe_trains_a_point_where_its_sweep_looks_for_it(tmp_path):
+    """README, "Sweeps on Slurm": a point trained on its own under torchrun must land in the folder that the
+    `tsctl ablate` run after it reads, or the sweep trains every point again."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("**Sweeps on Slurm.**") :]
+    train_block, ablate_block = re.findall(r"```bash\n(.*?)```", section, re.S)[:2]
+    train = shlex.split(train_block.split("torchrun", 1)[1].replace("\\\n", " "))
+    train = train[train.index("train") + 1 :]
+    sweep_args = shlex.split(ablate_block)
+    sweep_args = sweep_args[sweep_args.index("ablate") + 1 :]
+    here = [f"task.file.train_path={tmp_path / 'data.jsonl'}", f"runs_dir={tmp_path}"]
+    sweep = plan([o for o in sweep_args if not o.startswith("task.file.train_path=")] + here)
+    cfg = compose_config([o for o in train if not o.startswith("task.file.train_path=")] + here).cfg
+    point = "-".join(sorted(o for o in train if o.split("=", 1)[0] in sweep.swept))  # Hydra's folder name of the point
+    assert sweep.swept == ["ratio", "seed"] and point == "ratio=25-seed=1"
+    assert Path(cfg.runs_dir).absolute() / cfg.experiment / cfg.name == sweep.path / point
 
 
 def test_a_failing_point_is_recorded_and_the_others_are_kept(tmp_path, monkeypatch):
@@ -94,19 +120,10 @@ def test_sweep_writes_points_summary_and_plots_then_skips_them(micro, runs):
 
 
 @pytest.mark.slow
-def test_a_point_killed_mid_run_is_resumed(micro, runs):
+def test_a_point_killed_after_a_step_is_resumed(micro, runs):
     args = [*in_runs(micro, runs), "ratio=0,50", "refresh=2", "trainer.steps=4", "name=killed"]
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tsctl", "ablate", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = runs / "default" / "killed" / "ratio=0"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if (first / "metrics.jsonl").is_file() and len(steps(first)) >= 3:  # steps 0..2 logged, step 3 running
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the sweep ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill(args, ("step-logged", 3), command="ablate")  # the first point's steps 0..3 logged, its step-4 not yet
     assert json.loads((first / "manifest.json").read_text())["status"] == "running"
 
     again = tsctl("ablate", *args)

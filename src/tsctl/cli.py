@@ -197,7 +197,17 @@ def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
     _run(first_point(overrides or []), cfg, stage)
 
 
-@app.command(epilog=KNOBS)
+REPORT_EXAMPLES = """
+[bold]Examples[/bold]:
+[cyan]tsctl report runs/default/sweep-<id>[/cyan]  (tables and plots into <sweep>/report/),
+[cyan]tsctl report runs/default/sweep-<id> report.baseline=ratio=25[/cyan]  (compare every point with ratio=25),
+[cyan]tsctl report runs/default/ratio0-seed0[/cyan]  (one run's plots into its plots/).
+
+It reads what the runs wrote and trains nothing, so it takes no other override and no --cfg.
+"""
+
+
+@app.command(epilog=REPORT_EXAMPLES)
 def report(
     path: str = typer.Argument(..., help="A sweep folder (runs/<experiment>/<sweep>) or one run folder.", show_default=False),
     overrides: Optional[list[str]] = typer.Argument(None, help="report.baseline=KEY=VALUE (the point others are compared with; default: the first value of the first swept key), report.level=0.95.", show_default=False),

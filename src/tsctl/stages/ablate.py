@@ -2,6 +2,8 @@
 
 Any Hydra sweep syntax over any keys works: ``tsctl ablate ratio=0,25,50 refresh=5,20 seed=1,2,3``
 (also ``range(...)``, ``glob(...)`` and group choices such as ``truncation=uniform,entropy``).
+A sweep of keys only Thinking Seeds reads (``truncation``, ``refresh``, ``seeds.*``) in which no point
+has ``ratio > 0`` is refused: its points would all be one plain DAPO run.
 Layout of one sweep::
 
     <runs_dir>/<experiment>/<sweep>/             sweep-<hash of the points>, or name=<sweep>
@@ -57,6 +59,7 @@ from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
 from tsctl.io import arithmetic
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError
+from tsctl.seeds.base import uses_seeds
 from tsctl.stages.compose import check, compose_config
 from tsctl.stages.report.points import FINAL_EVAL
 
@@ -128,9 +131,14 @@ def plan(overrides: list[str]) -> Sweep:
         ConfigError: an override is invalid for some point.
     """
     points, swept = expand(overrides)
-    cfg = compose_config(points[0]).cfg
-    for point in points[1:]:
-        compose_config(point)
+    configs = [compose_config(point).cfg for point in points]
+    idle = [key for key in swept if key in ("truncation", "refresh") or key.split(".")[0] == "seeds"]
+    if idle and not any(uses_seeds(c) for c in configs):
+        raise ConfigError(
+            idle[0], "is read by Thinking Seeds runs only (ratio > 0) and every point of this sweep has ratio=0, so its points "
+            "would all be the same plain DAPO run; add ratio=25 (or sweep ratio as well)"
+        )
+    cfg = configs[0]
     name = cfg.name or sweep_name(points)
     path = Path(cfg.runs_dir).absolute() / cfg.experiment / name
     return Sweep(path, points, swept, [o for o in overrides if not _is_hydra(o)], [o for o in overrides if _is_hydra(o)])
