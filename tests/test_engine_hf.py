@@ -68,6 +68,10 @@ def greedy_reference(model: LlamaForCausalLM, prompt: list[int], steps: int, eos
     return out
 
 
+def test_the_engine_serves_the_positions_the_model_was_built_for(model):
+    assert HFEngine(model, EOS, PAD).context_length == model.config.max_position_embeddings == 128
+
+
 def test_n_samples_per_prompt_have_right_lengths(model):
     requests = [Request(p) for p in PROMPTS for _ in range(3)]
     completions = HFEngine(model, EOS, PAD).generate(requests, SamplingParams(max_new_tokens=6, seed=1))

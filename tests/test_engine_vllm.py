@@ -93,13 +93,14 @@ def test_llm_gets_the_configured_engine(monkeypatch, folder, policy):
     assert kwargs["model"] == str(folder) and kwargs["seed"] == 7
     assert kwargs["dtype"] == "bfloat16" and next(model.parameters()).dtype == torch.float32  # not the trainer's dtype
     assert (kwargs["gpu_memory_utilization"], kwargs["max_model_len"], kwargs["max_num_seqs"]) == (0.3, 200, 96)
+    assert engine.context_length == 200  # what tsctl checks every prompt against before sampling
     assert kwargs["enable_sleep_mode"] is True and kwargs["tensor_parallel_size"] == 1 and kwargs["enable_prefix_caching"]
     assert kwargs["logprobs_mode"] == "processed_logprobs"
     assert kwargs["worker_extension_cls"] == "tsctl.engines.vllm_weights.WeightLoaderExtension"
     assert hasattr(engine.llm.workers[0], "tsctl_load_weights")  # the extension resolved and mixed in
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # deterministic scheduling, in-process worker
     default = vllm_engine(monkeypatch, folder, model, formatter)
-    assert default.llm.kwargs["max_model_len"] == model.config.max_position_embeddings == 256
+    assert default.llm.kwargs["max_model_len"] == model.config.max_position_embeddings == default.context_length == 256
     assert default.llm.kwargs["max_num_seqs"] == 1024  # conf/engine/vllm.yaml's batch_size
     with pytest.raises(ValueError, match="model_path"):
         build_engine(compose_config(["engine=vllm"]).cfg.engine, model, formatter.end_ids, formatter.pad_id)

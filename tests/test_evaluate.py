@@ -33,7 +33,7 @@ from tsctl.tasks.records import DataError
 
 SMALL = ["eval.k=4", "eval.pass_k=[1,2,4]", "eval.limit=8"]
 RESULT_KEYS = {
-    "checkpoint", "checkpoint_path", "step", "benchmark", "problems", "skipped_rows", "k", "greedy_accuracy",
+    "checkpoint", "checkpoint_path", "step", "benchmark", "problems", "skipped_rows", "too_long_prompts", "k", "greedy_accuracy",
     "pass@1", "pass@2", "pass@4", "entropy", "mean_length", "truncation_rate", "sampling", "seconds",
 }
 
@@ -134,7 +134,7 @@ def test_eval_of_the_warmup_model_writes_results_samples_and_a_table(micro: list
     out_dir = next((tmp_path / "runs" / "default" / "eval").glob("builtin-*"))
     result = json.loads((out_dir / "heldout.json").read_text())
     assert set(result) == RESULT_KEYS
-    assert result["problems"] == 8 and result["k"] == 4 and result["step"] is None
+    assert result["problems"] == 8 and result["too_long_prompts"] == 0 and result["k"] == 4 and result["step"] is None
     for key in ("greedy_accuracy", "pass@1", "pass@2", "pass@4", "truncation_rate"):
         assert 0 <= result[key] <= 1, key
     assert result["pass@1"] <= result["pass@2"] <= result["pass@4"]
@@ -190,9 +190,14 @@ def test_each_checkpoint_is_scored_with_its_own_weights(micro: list[str], tmp_pa
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "benchmarks" / "math500").is_dir(), reason=f"MATH-500 not found under {SHARED_DATA}")
 def test_math500_with_a_limit_completes(micro: list[str], tmp_path: Path) -> None:
-    tsctl("eval", *micro, "eval.benchmarks=[math500]", "eval.limit=3", "eval.k=2", "eval.pass_k=[1,2]")
+    args = [*micro, "eval.benchmarks=[math500]", "eval.limit=3", "eval.k=2", "eval.pass_k=[1,2]"]
+    # The built-in model serves 256 tokens: with 24 for the response, two of these prompts (character tokens) do not fit.
+    refused = tsctl("eval", *args, check=False)
+    assert refused.returncode == 2 and "2 of 3 math500 prompts are longer than the 232 tokens" in refused.stdout + refused.stderr
+    assert not list((tmp_path / "runs" / "default" / "eval").glob("*/math500.json"))
+    tsctl("eval", *args, "task.overlong_prompts=drop")
     result = json.loads(next((tmp_path / "runs" / "default" / "eval").glob("builtin-*/math500.json")).read_text())
-    assert result["problems"] == 3 and result["benchmark"] == "math500"
+    assert result["problems"] == 1 and result["too_long_prompts"] == 2 and result["benchmark"] == "math500"
     assert all(0 <= result[key] <= 1 for key in ("greedy_accuracy", "pass@1", "pass@2", "truncation_rate"))
 
 

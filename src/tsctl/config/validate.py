@@ -23,6 +23,7 @@ REF_PLACEMENTS = ("policy", "cpu", "offload")
 OLD_LOGPROBS = ("auto", "engine", "recompute")
 DEVICES = ("auto", "cpu", "cuda")
 OVERLONG = ("none", "mask", "penalty")
+OVERLONG_PROMPTS = ("error", "drop")
 ADV_GROUPS = ("all", "plain")
 SCHEDULES = ("constant", "cosine")
 NONFINITE = ("stop", "skip")
@@ -92,6 +93,7 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     if not 2 <= a.min_terms <= a.max_terms:
         raise ConfigError("task.arithmetic.min_terms", "need 2 <= min_terms <= max_terms")
     _in_range("task.arithmetic.max_digits", a.max_digits, 1, 6)
+    one_of("task.overlong_prompts", t.overlong_prompts, OVERLONG_PROMPTS)
     one_of("task.file.on_bad_row", t.file.on_bad_row, BAD_ROW)
     _in_range("task.file.heldout_fraction", t.file.heldout_fraction, 0.0, 0.9)
     if t.name == "file" and not t.file.train_path:

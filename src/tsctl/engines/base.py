@@ -103,6 +103,8 @@ class Engine(Protocol):
     """
 
     reports_token_stats: bool
+    context_length: int | None
+    """Most tokens of prompt + prefix + response one request may take; None when the engine knows no limit."""
 
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
         """Sample one completion per request, in request order."""

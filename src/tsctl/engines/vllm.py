@@ -164,6 +164,11 @@ class VLLMEngine:
             worker_extension_cls=WORKER_EXTENSION, **torchrun_settings(tensor_parallel_size, current()),
         )
 
+    @property
+    def context_length(self) -> int:
+        """``max_model_len``: vLLM refuses a longer request."""
+        return self.max_model_len
+
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
         """Sample one completion per request, in request order (see :class:`~tsctl.engines.base.Engine`)."""
         if self.state != AWAKE:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
+from tsctl.models.prompt_fit import PromptRoom, fitting
+from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.benchmarks import BenchmarkTask, load_benchmark, load_benchmark_config
 from tsctl.tasks.records import DataError
@@ -25,12 +27,14 @@ class Suite:
         task: grades responses to its problems.
         problems: the problems scored (the first ``eval.limit`` of them).
         skipped: malformed rows left out while loading (``eval.on_bad_row=skip``).
+        too_long: problems left out because their prompts do not fit the engine (``task.overlong_prompts=drop``).
     """
 
     name: str
     task: Task
     problems: Sequence[Problem]
     skipped: int
+    too_long: int = 0
 
 
 def load_suites(cfg: TsctlConfig) -> list[Suite]:
@@ -70,3 +74,13 @@ def _benchmark(name: str, cfg: TsctlConfig) -> Suite:
     except ImportError as error:
         raise ConfigError("eval.benchmarks", str(error)) from None
     return Suite(bench_cfg.name, BenchmarkTask(bench_cfg, problems, skipped), problems, skipped)
+
+
+def fit_suites(suites: Sequence[Suite], formatter: PromptFormatter, room: PromptRoom) -> list[Suite]:
+    """Each suite with only the problems whose prompts fit ``room`` (:func:`~tsctl.models.prompt_fit.fitting`:
+    an error unless ``task.overlong_prompts=drop``); ``too_long`` counts the ones left out."""
+    fitted = []
+    for suite in suites:
+        kept = fitting(suite.problems, formatter, room, suite.name)
+        fitted.append(replace(suite, problems=kept, too_long=len(suite.problems) - len(kept)))
+    return fitted

@@ -197,9 +197,17 @@ PLACE_KEYS = ("runs_dir", "experiment", "name", "resume")
 
 
 def config_changes(before: DictConfig, after: DictConfig, shown: int = 6) -> str:
-    """The keys whose values differ between two configs, as ``key old -> new`` (:data:`PLACE_KEYS` ignored); empty if none."""
+    """The keys whose values differ between two configs, as ``key old -> new`` (:data:`PLACE_KEYS` ignored); empty if none.
+
+    A key that ``before`` lacks and ``after`` holds at its schema default is no change: ``before`` was saved
+    by a tsctl that did not have the key yet, and a new key's default keeps what tsctl did without it.
+    """
     old, new = (_flatten(OmegaConf.to_container(c, resolve=True)) for c in (before, after))
-    keys = [k for k in sorted(set(old) | set(new)) if k not in PLACE_KEYS and old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+    defaults = _flatten(OmegaConf.to_container(OmegaConf.structured(TsctlConfig), resolve=True))
+    keys = [
+        k for k in sorted(set(old) | set(new))
+        if k not in PLACE_KEYS and old.get(k, _ABSENT) != new.get(k, _ABSENT) and not (k not in old and new.get(k) == defaults.get(k))
+    ]
     text = ", ".join(f"{k} {old.get(k, _ABSENT)} -> {new.get(k, _ABSENT)}" for k in keys[:shown])
     return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
 

@@ -3,7 +3,8 @@
 Checkpoints come from ``eval.checkpoint`` and ``eval.step`` (:mod:`tsctl.evaluation.targets`),
 benchmarks from ``eval.benchmarks`` (:mod:`tsctl.evaluation.suites`: ``heldout`` is the configured
 task's held-out split, any other name a ``conf/benchmark/<name>.yaml`` or a YAML path). All
-benchmarks are loaded before any model, so a data error stops the command at once.
+benchmarks are loaded before any model, so a data error stops the command at once; once the first
+model is loaded, every prompt is checked against its engine's context (:mod:`tsctl.models.prompt_fit`).
 
 Each checkpoint is scored on each benchmark (:mod:`tsctl.evaluation.scores`): ``eval.k`` samples per
 problem with the ``engine`` settings (temperature, top_p, max_new_tokens; raise
@@ -28,13 +29,14 @@ from tsctl.config.compose import Composed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.factory import Policy, load_policy
 from tsctl.evaluation.scores import score_suite
-from tsctl.evaluation.suites import Suite, load_suites
+from tsctl.evaluation.suites import Suite, fit_suites, load_suites
 from tsctl.evaluation.targets import Target, resolve_targets
 from tsctl.io import atomic
 from tsctl.io.progress import console, make_progress
 from tsctl.io.runs import RunError
 from tsctl.io.shards import checksum_path, write_shard
 from tsctl.models.loading import load_model
+from tsctl.models.prompt_fit import room_for
 from tsctl.stages.warmup import base_model_path
 
 
@@ -53,10 +55,13 @@ def evaluate(composed: Composed) -> list[dict[str, Any]]:
         if suite.skipped:
             console.print(f"[yellow]{suite.name}: skipped {suite.skipped} malformed rows[/yellow] (on_bad_row=skip)")
     results = []
+    fitted: list[Suite] | None = None
     with make_progress() as progress:
         bar = progress.add_task("eval", total=len(targets) * len(suites), status="")
         for target, policy in policies(targets, cfg):
-            for suite in suites:
+            if fitted is None:  # the targets share a tokenizer and an engine
+                fitted = fit_suites(suites, policy.formatter, room_for(cfg, policy.engine.context_length))
+            for suite in fitted:
                 progress.update(bar, status=f"{target.label} / {suite.name}")
                 results.append(evaluate_one(policy, target, suite, cfg))
                 progress.advance(bar)
@@ -108,6 +113,7 @@ def evaluate_one(policy: Policy, target: Target, suite: Suite, cfg: TsctlConfig)
         "benchmark": suite.name,
         "problems": len(suite.problems),
         "skipped_rows": suite.skipped,
+        "too_long_prompts": suite.too_long,
         "k": cfg.eval.k,
         **metrics,
         "sampling": {"temperature": e.temperature, "top_p": e.top_p, "max_new_tokens": e.max_new_tokens, "seed": cfg.seed},

@@ -69,6 +69,7 @@ from tsctl.models.batch import pack
 from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
 from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
+from tsctl.models.prompt_fit import FittingTask, room_for
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
 from tsctl.seeds.base import uses_seeds
@@ -224,9 +225,10 @@ def setup(
     dtype = compute_dtype(cfg, model)
     parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
-    task = build_task(cfg.task)
-    problems = list(task.problems("train"))
     engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype)
+    task = FittingTask(build_task(cfg.task), formatter, room_for(cfg, engine.context_length))
+    problems = task.problems("train")
+    task.problems("heldout")  # checked now, not at the first evaluation
     optimizer, scheduler = make_optimizer(cfg, model)
     ref_model = load_reference(cfg, base)
     seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None

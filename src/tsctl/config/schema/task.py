@@ -71,6 +71,11 @@ class TaskConfig:
     """Training problems of a synthetic task."""
     data_seed: int = 1234
     """Seed of the synthetic generators; train and held-out splits are disjoint for every seed."""
+    overlong_prompts: str = "error"
+    """A prompt that leaves the engine less than ``engine.max_new_tokens`` of its context (vLLM's
+    ``max_model_len``, the hf engine's model ``max_position_embeddings``): ``error`` (refuse to start,
+    saying how many and the fixes) or ``drop`` (leave such problems out of every split, and say how many).
+    Checked before any sampling (:mod:`tsctl.models.prompt_fit`)."""
     countdown: CountdownConfig = field(default_factory=CountdownConfig)
     """Parameters of the countdown generator."""
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
