@@ -68,8 +68,10 @@ def greedy_reference(model: LlamaForCausalLM, prompt: list[int], steps: int, eos
     return out
 
 
-def test_the_engine_serves_the_positions_the_model_was_built_for(model):
+def test_the_engine_serves_the_positions_the_model_was_built_for_or_its_window(model, monkeypatch):
     assert HFEngine(model, EOS, PAD).context_length == model.config.max_position_embeddings == 128
+    monkeypatch.setattr(model.config, "sliding_window", 64, raising=False)  # a Mistral-like window, which the engine refuses to pass
+    assert HFEngine(model, EOS, PAD).context_length == 64
 
 
 def test_n_samples_per_prompt_have_right_lengths(model):

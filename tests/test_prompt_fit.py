@@ -43,6 +43,14 @@ def test_a_prompt_past_the_room_is_refused_with_the_counts_and_the_fixes():
     assert "task.overlong_prompts=drop" in text and "lower engine.max_new_tokens" in text
 
 
+def test_with_seeds_a_prompt_leaves_one_more_token_for_a_prefix_that_takes_the_whole_budget():
+    # A seed of max_new_tokens tokens is continued by one sampled token: prompt + max_new_tokens + 1 (trainer.rollout).
+    given = problems(5, 6)  # 7 and 8 tokens
+    assert fitting(given, FORMATTER, PromptRoom(context=20, max_new_tokens=12, policy="error"), "train") == given
+    with pytest.raises(ConfigError, match="1 of 2 train prompts are longer than the 7 tokens.*and one for the token after a seed"):
+        fitting(given, FORMATTER, PromptRoom(context=20, max_new_tokens=12, policy="error", seeded=True), "train")
+
+
 def test_drop_keeps_the_prompts_that_fit_in_their_order(capsys):
     given = problems(5, 7, 9, 6)
     kept = fitting(given, FORMATTER, PromptRoom(context=20, max_new_tokens=12, policy="drop"), "heldout")

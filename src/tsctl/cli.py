@@ -21,7 +21,7 @@ KNOBS = """
 behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
-[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] (countdown|arithmetic|file),
+[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] (countdown|arithmetic|file; overlong_prompts=error|drop),
 [cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
 clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
 selector=latest|oldest|uniform|max_entropy|bandit, pool_size, source=self|model|traces, source_path, trace_logprobs),

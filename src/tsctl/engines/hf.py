@@ -95,8 +95,10 @@ class HFEngine:
         self.pad_id = pad_id
         self.batch_size = batch_size
         self.compute_dtype = compute_dtype
-        self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
-        """The positions the model was built for (a longer request would run at positions it never saw)."""
+        limits = [n for n in (getattr(model.config, "max_position_embeddings", None), sliding_window(model)) if n is not None]
+        self.context_length: int | None = min(limits, default=None)
+        """The positions the model was built for (a longer request would run at positions it never saw), or its
+        sliding attention window when shorter (which this engine does not apply: see :meth:`_check_window`)."""
         forward_args = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
         self._keep_last = "logits_to_keep" in forward_args

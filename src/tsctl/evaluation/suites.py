@@ -78,7 +78,8 @@ def _benchmark(name: str, cfg: TsctlConfig) -> Suite:
 
 def fit_suites(suites: Sequence[Suite], formatter: PromptFormatter, room: PromptRoom) -> list[Suite]:
     """Each suite with only the problems whose prompts fit ``room`` (:func:`~tsctl.models.prompt_fit.fitting`:
-    an error unless ``task.overlong_prompts=drop``); ``too_long`` counts the ones left out."""
+    an error unless ``task.overlong_prompts=drop``); ``too_long`` counts the ones left out. ``eval.limit`` was
+    applied when the suites were loaded, so a suite may keep fewer problems than the limit."""
     fitted = []
     for suite in suites:
         kept = fitting(suite.problems, formatter, room, suite.name)

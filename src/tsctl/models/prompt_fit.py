@@ -1,9 +1,10 @@
 """Prompts that leave no room for their response, found before any sampling: refused, or left out.
 
 An engine serves at most ``context`` tokens of prompt + prefix + response per request (vLLM's
-``engine.max_model_len``; the ``hf`` engine's model ``max_position_embeddings``), and a Thinking Seeds
-row's prefix and continuation share the response budget ``engine.max_new_tokens``; so a prompt fits
-when ``len(prompt_ids) + max_new_tokens <= context``. Unchecked, vLLM refuses a longer request on the
+``engine.max_model_len``; the ``hf`` engine's model ``max_position_embeddings``, or its sliding window
+when shorter). A response takes at most ``engine.max_new_tokens``; a Thinking Seeds row's prefix and
+continuation share that budget, except that a prefix which takes the whole of it is still continued
+by one sampled token. So a prompt fits when ``len(prompt_ids) + max_new_tokens (+ 1 with seeds) <= context``. Unchecked, vLLM refuses a longer request on the
 step that draws it, hours into a run (and again after every resume), and the ``hf`` engine runs it at
 positions the model never saw. ``task.overlong_prompts`` chooses what happens instead, before a run
 starts: ``error`` (the default: stop, saying how many prompts are too long and the fixes) or ``drop``
@@ -29,21 +30,25 @@ class PromptRoom:
         context: tokens the engine serves per request (prompt + prefix + response); None: no limit known.
         max_new_tokens: the response budget (``engine.max_new_tokens``).
         policy: ``error`` or ``drop`` (``task.overlong_prompts``).
+        seeded: requests may carry a seed prefix, which may take the whole budget and is then continued
+            by one more token.
     """
 
     context: int | None
     max_new_tokens: int
     policy: str
+    seeded: bool = False
 
     @property
     def longest_prompt(self) -> int | None:
-        """Most prompt tokens that leave the whole response budget (None: no limit)."""
-        return None if self.context is None else self.context - self.max_new_tokens
+        """Most prompt tokens that leave the longest response (None: no limit)."""
+        return None if self.context is None else self.context - self.max_new_tokens - int(self.seeded)
 
 
-def room_for(cfg: TsctlConfig, context: int | None) -> PromptRoom:
-    """The room a run of ``cfg`` leaves its prompts on an engine serving ``context`` tokens (``Engine.context_length``)."""
-    return PromptRoom(context, cfg.engine.max_new_tokens, cfg.task.overlong_prompts)
+def room_for(cfg: TsctlConfig, context: int | None, seeded: bool = False) -> PromptRoom:
+    """The room ``cfg`` leaves its prompts on an engine serving ``context`` tokens (``Engine.context_length``),
+    with seed prefixes when ``seeded`` (:func:`tsctl.seeds.base.uses_seeds`)."""
+    return PromptRoom(context, cfg.engine.max_new_tokens, cfg.task.overlong_prompts, seeded)
 
 
 def fitting(problems: Sequence[Problem], formatter: PromptFormatter, room: PromptRoom, what: str) -> list[Problem]:
@@ -69,7 +74,7 @@ def fitting(problems: Sequence[Problem], formatter: PromptFormatter, room: Promp
     where = (
         f"{too_long} of {len(problems)} {what} prompts are longer than the {max(limit, 0)} tokens left to a prompt "
         f"(the engine serves {room.context} tokens per request, engine.max_new_tokens={room.max_new_tokens} of them for the "
-        f"response; the longest prompt has {max(lengths)})"
+        f"response{' and one for the token after a seed that takes all of it' if room.seeded else ''}; the longest prompt has {max(lengths)})"
     )
     fixes = "lower engine.max_new_tokens, or give the engine a longer context (engine.max_model_len with vllm, up to the model's)"
     if not kept:

@@ -290,7 +290,7 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
         raise RunError(f"{run.path} has no checkpoint to evaluate")
     step, path = found
     policy = load_policy(cfg, str(path))
-    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length))
+    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
     return score_final(policy.engine, policy.formatter, task, cfg, step)
 
 

@@ -37,6 +37,7 @@ from tsctl.io.runs import RunError
 from tsctl.io.shards import checksum_path, write_shard
 from tsctl.models.loading import load_model
 from tsctl.models.prompt_fit import room_for
+from tsctl.seeds.base import uses_seeds
 from tsctl.stages.warmup import base_model_path
 
 
@@ -60,7 +61,7 @@ def evaluate(composed: Composed) -> list[dict[str, Any]]:
         bar = progress.add_task("eval", total=len(targets) * len(suites), status="")
         for target, policy in policies(targets, cfg):
             if fitted is None:  # the targets share a tokenizer and an engine
-                fitted = fit_suites(suites, policy.formatter, room_for(cfg, policy.engine.context_length))
+                fitted = fit_suites(suites, policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
             for suite in fitted:
                 progress.update(bar, status=f"{target.label} / {suite.name}")
                 results.append(evaluate_one(policy, target, suite, cfg))

@@ -19,7 +19,7 @@ from tsctl.io.progress import console
 from tsctl.io.runs import ROLLOUTS_FILE, SEEDS_FILE, shard_dir
 from tsctl.io.shards import read_shard, write_shard
 from tsctl.models.prompt_fit import FittingTask, room_for
-from tsctl.seeds.base import seeds_from_table
+from tsctl.seeds.base import seeds_from_table, uses_seeds
 from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.rewards import sample_advantages
@@ -40,12 +40,15 @@ def rollout(composed: Composed) -> Path:
     seeds = seeds_from_table(table)
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
     policy = load_policy(cfg, target.path, target.key)
-    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length))
+    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
     by_id = {p.id: p for p in task.problems("train")}
     prompt_ids = table["prompt_id"][::k]
     missing = [pid for pid in prompt_ids if pid not in by_id]
     if missing:
-        raise ConfigError("task", f"{folder / SEEDS_FILE} holds prompts {missing[:3]} that the configured task does not have; use the task config the seeds were made with")
+        raise ConfigError(
+            "task", f"{folder / SEEDS_FILE} holds prompts {missing[:3]} that the configured task does not have (or leaves out as too "
+            "long for this engine); use the task, engine and model settings the seeds were made with"
+        )
     groups = [seeds[g * k : (g + 1) * k] for g in range(len(prompt_ids))]
     samples = collect_groups([by_id[pid] for pid in prompt_ids], groups, cfg.trainer.n, policy.engine, policy.formatter, task, step_params(cfg, cfg.shards.data_step))
     advantages = sample_advantages(samples, cfg)

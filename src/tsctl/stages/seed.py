@@ -41,7 +41,7 @@ def seed(composed: Composed) -> Path:
         raise ConfigError("shards.overwrite", f"{out} already exists; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
     policy = load_policy(cfg, target.path, target.key)
-    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length))
+    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
     problems = task.problems("train")  # as tsctl train has them
     sh, bs = cfg.shards, cfg.trainer.batch_size
     steps = range(sh.data_step, sh.data_step + sh.steps)

@@ -226,7 +226,7 @@ def setup(
     parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype)
-    task = FittingTask(build_task(cfg.task), formatter, room_for(cfg, engine.context_length))
+    task = FittingTask(build_task(cfg.task), formatter, room_for(cfg, engine.context_length, uses_seeds(cfg)))
     problems = task.problems("train")
     task.problems("heldout")  # checked now, not at the first evaluation
     optimizer, scheduler = make_optimizer(cfg, model)
