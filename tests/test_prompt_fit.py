@@ -13,6 +13,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.stages.compose import compose_config
 from tsctl.tasks.base import Problem
+from tsctl.trainer.rollout import prompt_room
 
 FORMATTER = PromptFormatter(build_char_tokenizer(), use_chat_template=False)
 """Character tokens: a question of c characters is a prompt of c + 2 tokens (BOS, the characters, a newline)."""
@@ -50,6 +51,16 @@ def test_with_seeds_a_prompt_leaves_one_more_token_for_a_prefix_that_takes_the_w
     with pytest.raises(ConfigError, match="1 of 2 train prompts are longer than the 7 tokens.*and one for the token after a seed"):
         fitting(given, FORMATTER, PromptRoom(context=20, max_new_tokens=12, policy="error", seeded=True), "train")
 
+
+class Served:
+    context_length = 300
+
+
+def test_a_runs_room_is_the_engines_context_less_its_responses():
+    plain = prompt_room(compose_config(["engine.max_new_tokens=48"]).cfg, Served())
+    seeded = prompt_room(compose_config(["engine.max_new_tokens=48", "ratio=25", "task.overlong_prompts=drop"]).cfg, Served())
+    assert (plain.longest_prompt, plain.policy) == (252, "error")
+    assert (seeded.longest_prompt, seeded.policy) == (251, "drop")
 
 def test_drop_keeps_the_prompts_that_fit_in_their_order(capsys):
     given = problems(5, 7, 9, 6)

@@ -4,9 +4,10 @@ An engine serves at most ``context`` tokens of prompt + prefix + response per re
 ``engine.max_model_len``; the ``hf`` engine's model ``max_position_embeddings``, or its sliding window
 when shorter). A response takes at most ``engine.max_new_tokens``; a Thinking Seeds row's prefix and
 continuation share that budget, except that a prefix which takes the whole of it is still continued
-by one sampled token. So a prompt fits when ``len(prompt_ids) + max_new_tokens (+ 1 with seeds) <= context``. Unchecked, vLLM refuses a longer request on the
-step that draws it, hours into a run (and again after every resume), and the ``hf`` engine runs it at
-positions the model never saw. ``task.overlong_prompts`` chooses what happens instead, before a run
+by one sampled token. So a prompt fits when ``len(prompt_ids) + max_new_tokens (+ 1 with seeds) <= context``
+(:func:`tsctl.trainer.rollout.prompt_room`). Unchecked, vLLM refuses a longer request on the step that
+draws it, hours into a run (and again after every resume), and the ``hf`` engine runs it at positions
+the model never saw. ``task.overlong_prompts`` chooses what happens instead, before a run
 starts: ``error`` (the default: stop, saying how many prompts are too long and the fixes) or ``drop``
 (leave those problems out, and say how many).
 """
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.schema import TsctlConfig
 from tsctl.io.progress import console
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem, Split, Task
+
 
 @dataclass(frozen=True)
 class PromptRoom:
@@ -43,12 +44,6 @@ class PromptRoom:
     def longest_prompt(self) -> int | None:
         """Most prompt tokens that leave the longest response (None: no limit)."""
         return None if self.context is None else self.context - self.max_new_tokens - int(self.seeded)
-
-
-def room_for(cfg: TsctlConfig, context: int | None, seeded: bool = False) -> PromptRoom:
-    """The room ``cfg`` leaves its prompts on an engine serving ``context`` tokens (``Engine.context_length``),
-    with seed prefixes when ``seeded`` (:func:`tsctl.seeds.base.uses_seeds`)."""
-    return PromptRoom(context, cfg.engine.max_new_tokens, cfg.task.overlong_prompts, seeded)
 
 
 def fitting(problems: Sequence[Problem], formatter: PromptFormatter, room: PromptRoom, what: str) -> list[Problem]:

@@ -282,16 +282,14 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
     from tsctl.engines.factory import load_policy
     from tsctl.evaluation.scoring import final_eval as score_final
     from tsctl.io.checkpoints import latest_checkpoint
-    from tsctl.models.prompt_fit import FittingTask, room_for
-    from tsctl.tasks.registry import build_task
+    from tsctl.trainer.rollout import servable_task
 
     found = latest_checkpoint(run.checkpoints)
     if found is None:
         raise RunError(f"{run.path} has no checkpoint to evaluate")
     step, path = found
     policy = load_policy(cfg, str(path))
-    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
-    return score_final(policy.engine, policy.formatter, task, cfg, step)
+    return score_final(policy.engine, policy.formatter, servable_task(cfg, policy.formatter, policy.engine), cfg, step)
 
 
 def write_final_eval(cfg: TsctlConfig, run: RunDir) -> None:

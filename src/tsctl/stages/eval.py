@@ -36,9 +36,8 @@ from tsctl.io.progress import console, make_progress
 from tsctl.io.runs import RunError
 from tsctl.io.shards import checksum_path, write_shard
 from tsctl.models.loading import load_model
-from tsctl.models.prompt_fit import room_for
-from tsctl.seeds.base import uses_seeds
 from tsctl.stages.warmup import base_model_path
+from tsctl.trainer.rollout import prompt_room
 
 
 def evaluate(composed: Composed) -> list[dict[str, Any]]:
@@ -61,7 +60,7 @@ def evaluate(composed: Composed) -> list[dict[str, Any]]:
         bar = progress.add_task("eval", total=len(targets) * len(suites), status="")
         for target, policy in policies(targets, cfg):
             if fitted is None:  # the targets share a tokenizer and an engine
-                fitted = fit_suites(suites, policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
+                fitted = fit_suites(suites, policy.formatter, prompt_room(cfg, policy.engine))
             for suite in fitted:
                 progress.update(bar, status=f"{target.label} / {suite.name}")
                 results.append(evaluate_one(policy, target, suite, cfg))

@@ -18,12 +18,10 @@ from tsctl.evaluation.targets import resolve_model
 from tsctl.io.progress import console
 from tsctl.io.runs import ROLLOUTS_FILE, SEEDS_FILE, shard_dir
 from tsctl.io.shards import read_shard, write_shard
-from tsctl.models.prompt_fit import FittingTask, room_for
-from tsctl.seeds.base import seeds_from_table, uses_seeds
+from tsctl.seeds.base import seeds_from_table
 from tsctl.stages.warmup import base_model_path
-from tsctl.tasks.registry import build_task
 from tsctl.trainer.rewards import sample_advantages
-from tsctl.trainer.rollout import collect_groups, step_params
+from tsctl.trainer.rollout import collect_groups, servable_task, step_params
 from tsctl.trainer.rollout_shard import rollout_columns
 
 
@@ -40,7 +38,7 @@ def rollout(composed: Composed) -> Path:
     seeds = seeds_from_table(table)
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
     policy = load_policy(cfg, target.path, target.key)
-    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
+    task = servable_task(cfg, policy.formatter, policy.engine)
     by_id = {p.id: p for p in task.problems("train")}
     prompt_ids = table["prompt_id"][::k]
     missing = [pid for pid in prompt_ids if pid not in by_id]

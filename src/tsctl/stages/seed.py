@@ -19,12 +19,11 @@ from tsctl.evaluation.targets import resolve_model
 from tsctl.io.progress import console
 from tsctl.io.runs import SEEDS_FILE, shard_dir
 from tsctl.io.shards import write_shard
-from tsctl.models.prompt_fit import FittingTask, room_for
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.generate import seed_columns
 from tsctl.stages.warmup import base_model_path
-from tsctl.tasks.registry import build_task
 from tsctl.tasks.schedule import step_prompts
+from tsctl.trainer.rollout import servable_task
 
 
 def seed(composed: Composed) -> Path:
@@ -41,7 +40,7 @@ def seed(composed: Composed) -> Path:
         raise ConfigError("shards.overwrite", f"{out} already exists; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
     policy = load_policy(cfg, target.path, target.key)
-    task = FittingTask(build_task(cfg.task), policy.formatter, room_for(cfg, policy.engine.context_length, uses_seeds(cfg)))
+    task = servable_task(cfg, policy.formatter, policy.engine)
     problems = task.problems("train")  # as tsctl train has them
     sh, bs = cfg.shards, cfg.trainer.batch_size
     steps = range(sh.data_step, sh.data_step + sh.steps)

@@ -69,13 +69,11 @@ from tsctl.models.batch import pack
 from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
 from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
-from tsctl.models.prompt_fit import FittingTask, room_for
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
 from tsctl.seeds.base import uses_seeds
 from tsctl.seeds.unknown_logprobs import ratio_denominators
 from tsctl.stages.warmup import base_model_path
-from tsctl.tasks.registry import build_task
 from tsctl.trainer.checkpointing import checkpoint, resume
 from tsctl.trainer.context import StepContext
 from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
@@ -84,7 +82,7 @@ from tsctl.trainer.parallel import DataParallel, Parallel
 from tsctl.trainer.pi_old import step_pi_old
 from tsctl.trainer.reference import load_reference, reference_logprobs
 from tsctl.trainer.rewards import sample_advantages
-from tsctl.trainer.rollout import sample_groups
+from tsctl.trainer.rollout import sample_groups, servable_task
 from tsctl.trainer.rollout_shard import write_step_rollouts
 from tsctl.trainer.step_metrics import rollout_metrics
 from tsctl.trainer.update import policy_update
@@ -226,7 +224,7 @@ def setup(
     parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
     engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype)
-    task = FittingTask(build_task(cfg.task), formatter, room_for(cfg, engine.context_length, uses_seeds(cfg)))
+    task = servable_task(cfg, formatter, engine)
     problems = task.problems("train")
     task.problems("heldout")  # checked now, not at the first evaluation
     optimizer, scheduler = make_optimizer(cfg, model)

@@ -7,12 +7,27 @@ from typing import Callable, Sequence
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
+from tsctl.models.prompt_fit import FittingTask, PromptRoom
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
-from tsctl.seeds.base import Seed
+from tsctl.seeds.base import Seed, uses_seeds
 from tsctl.tasks.base import Problem, Task
+from tsctl.tasks.registry import build_task
 from tsctl.tasks.schedule import extra_prompts, step_prompts
 from tsctl.trainer.context import StepContext
+
+
+def prompt_room(cfg: TsctlConfig, engine: Engine) -> PromptRoom:
+    """How long a prompt of ``cfg``'s may be on ``engine``: its ``context_length`` less the longest response
+    :func:`collect_groups` asks for, ``engine.max_new_tokens``, plus one in a Thinking Seeds run (a seed
+    that takes the whole budget is still continued by one token)."""
+    return PromptRoom(engine.context_length, cfg.engine.max_new_tokens, cfg.task.overlong_prompts, uses_seeds(cfg))
+
+
+def servable_task(cfg: TsctlConfig, formatter: PromptFormatter, engine: Engine) -> FittingTask:
+    """``cfg``'s task with only the problems whose prompts fit :func:`prompt_room` (an error unless
+    ``task.overlong_prompts=drop``): the one list that train, seed, rollout and the final evaluation draw from."""
+    return FittingTask(build_task(cfg.task), formatter, prompt_room(cfg, engine))
 
 
 def collect_groups(
