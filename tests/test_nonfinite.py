@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 from test_update import PAD, config, rows, run_update, tiny_model
 
-from conftest import tsctl
+from conftest import metrics as run_metrics, tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.models.batch import pack
 from tsctl.stages.compose import compose_config
@@ -114,10 +114,6 @@ def test_config_keys_are_validated():
         compose_config(["trainer.max_nonfinite_skips=-1"])
 
 
-def metrics_of(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
 def assert_checkpoints_finite(run: Path) -> list[str]:
     names = sorted(p.name for p in (run / "checkpoints").glob("step-*"))
     for name in names:
@@ -147,7 +143,7 @@ def test_a_nan_at_step_three_keeps_the_good_checkpoints_and_fails_the_run(micro,
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["failed_step"] == 3
     assert manifest["nonfinite"] == "loss" and manifest["nonfinite_tensor"] == "loss"
-    assert [r["step"] for r in metrics_of(run)] == [1, 2]
+    assert [r["step"] for r in run_metrics(run)] == [1, 2]
 
 
 @pytest.mark.slow
@@ -161,7 +157,7 @@ def test_a_huge_learning_rate_fails_the_run_with_one_line(micro, tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["failed_step"] == 1 and manifest["nonfinite_tensor"]
     assert assert_checkpoints_finite(run) == []
-    assert all(r["step"] == 0 for r in metrics_of(run))
+    assert all(r["step"] == 0 for r in run_metrics(run))
 
 
 @pytest.mark.slow
@@ -171,7 +167,7 @@ def test_skip_mode_counts_skipped_mini_batches_then_stops(micro, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "after 2 skipped (trainer.max_nonfinite_skips=2)" in proc.stdout + proc.stderr
     run = tmp_path / "runs" / "default" / "skip"
-    records = metrics_of(run)
+    records = run_metrics(run)
     assert records and sum(r["nonfinite_skips"] for r in records) <= 2
     assert all(k.startswith("time/") or v == v for r in records for k, v in r.items() if isinstance(v, float))
     manifest = json.loads((run / "manifest.json").read_text())

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import kill, micro_args, stable_metrics, tsctl
+from conftest import kill, metrics, micro_args, stable_metrics, tsctl
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -26,10 +26,6 @@ SETTINGS = [
     "trainer.micro_batch_tokens=256", "trainer.logits_chunk_mib=0.01",
 ]
 """Every memory option at once, on a run short enough for seconds: two seed windows, checkpoints at 2 and 4."""
-
-
-def records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +42,7 @@ def test_a_run_on_cuda_steps_float32_weights_with_bf16_compute(cuda_run, model_c
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "completed"
     assert manifest["arithmetic"]["device"] == torch.cuda.get_device_name(0)
-    steps = [r for r in records(run) if r["step"] >= 1]
+    steps = [r for r in metrics(run) if r["step"] >= 1]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     for record in steps:
         for key in ("pg_loss", "grad_norm", "entropy", "kl_k3", "logprob_gap/abs_mean", "logprob_gap/ratio_mean"):
