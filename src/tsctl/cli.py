@@ -104,6 +104,9 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
                 raise ConfigError("--cfg", f"unknown value {cfg_flag!r}; use --cfg job")
             typer.echo(OmegaConf.to_yaml(composed.node))
             return
+        from tsctl.engines.vllm_platform import check_runs_here
+
+        check_runs_here(composed.cfg.engine)  # before any run folder is made
         stage(composed)
 
     _guarded(action)

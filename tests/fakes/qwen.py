@@ -34,11 +34,12 @@ def qwen_like_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def tiny_qwen2(tokenizer: PreTrainedTokenizerFast, seed: int = 0, tie: bool = True) -> Qwen2ForCausalLM:
-    """A random two-layer Qwen2 (float32, eager attention) whose vocabulary covers ``tokenizer``."""
+def tiny_qwen2(tokenizer: PreTrainedTokenizerFast, seed: int = 0, tie: bool = True, head_dim: int = 8) -> Qwen2ForCausalLM:
+    """A random two-layer Qwen2 (float32, eager attention; 4 query and 2 key-value heads of ``head_dim``) whose
+    vocabulary covers ``tokenizer``. vLLM's CPU attention takes ``head_dim`` 32 and up."""
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=len(tokenizer), hidden_size=4 * head_dim, intermediate_size=8 * head_dim, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=tie,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )
@@ -48,9 +49,9 @@ def tiny_qwen2(tokenizer: PreTrainedTokenizerFast, seed: int = 0, tie: bool = Tr
     return model
 
 
-def save_qwen_folder(path: Path, seed: int = 0, tie: bool = True) -> Path:
+def save_qwen_folder(path: Path, seed: int = 0, tie: bool = True, head_dim: int = 8) -> Path:
     """Write a tiny Qwen2 model folder (weights, config, generation config, tokenizer) to ``path``."""
     tokenizer = qwen_like_tokenizer()
-    tiny_qwen2(tokenizer, seed=seed, tie=tie).save_pretrained(path)
+    tiny_qwen2(tokenizer, seed=seed, tie=tie, head_dim=head_dim).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

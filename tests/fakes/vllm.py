@@ -1,22 +1,26 @@
-"""A fake ``vllm`` module that enforces the parts of vLLM 0.33-0.34's documented contract tsctl relies on.
+"""A stand-in ``vllm`` module for what vLLM's CPU build cannot run: sleep mode and tensor-parallel workers on CUDA.
 
-vLLM needs a GPU, so tests install this module as ``sys.modules["vllm"]`` (:func:`install`). It is
+Everything else runs against real vLLM (tests/test_vllm_*_real.py); ``test_vllm_fake_signatures.py``
+checks this module's names and signatures against the real one where vLLM is installed. Tests
+install it as ``sys.modules["vllm"]`` on a machine it presents as a CUDA one (:func:`install`). It is
 stricter than vLLM where vLLM would fail late or silently:
 
-- ``LLM(...)`` accepts only keyword arguments vLLM 0.34 has, checks their values (dtype,
+- ``LLM(...)`` accepts only keyword arguments vLLM has, checks their values (dtype,
   ``logprobs_mode``, memory share, ``max_model_len`` within the model's context), reads the model
   folder (tensor names and shapes of its safetensors, tied embeddings, the tokenizer's EOS and
   the generation config's EOS ids) and builds ``tensor_parallel_size`` workers with the
-  ``worker_extension_cls`` mixed in, as vLLM does;
+  ``worker_extension_cls`` mixed in, as vLLM does; sleep mode is refused on a CPU platform, as
+  vLLM's CPU build refuses it;
 - ``SamplingParams`` rejects unknown fields, wrong types and out-of-range values;
 - ``generate`` refuses to run asleep (vLLM's paused scheduler would hang), checks every
   ``TokensPrompt``, and stops each sample as vLLM's ``check_stop`` does: at the tokenizer's EOS
   and the generation config's EOS ids unless ``ignore_eos``, at ``stop_token_ids``, at
-  ``max_tokens`` or at ``max_model_len``. The tokens it "samples" come from a script;
+  ``max_tokens`` or at ``max_model_len``. The tokens it "samples" come from a script, and so do
+  their log-probs (-0.25, -0.5, ...: no model's; real log-probs are checked against real vLLM);
 - ``sleep``/``wake_up`` track which memory (weights, KV cache) is discarded: level 2 discards the
   weights, and a worker's ``model.load_weights`` refuses to write into discarded weights;
-- ``load_weights`` checks every name against the folder's tensor names (``lm_head`` is skipped
-  when tied, as vLLM does), every shape, and that every tensor has the engine's dtype;
+- a worker's ``reload_weights`` checks every name against the folder's tensor names (``lm_head`` is
+  skipped when tied, as vLLM does), every shape, and that every tensor has the engine's dtype;
 - ``collective_rpc`` with more than one worker pickles its arguments, as vLLM's message queue
   does, and refuses any tensor among them: those would be copied through the host;
 - every call is appended to ``llm.events``.
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import pickle
 import sys
 import types
@@ -44,9 +47,9 @@ Script = Callable[[list[int]], Iterator[int]]
 LLM_KWARGS = {
     "model", "tokenizer", "dtype", "seed", "gpu_memory_utilization", "tensor_parallel_size", "max_model_len",
     "max_num_seqs", "enable_sleep_mode", "enable_prefix_caching", "logprobs_mode", "worker_extension_cls",
-    "enforce_eager", "trust_remote_code", "distributed_executor_backend", "data_parallel_size",
+    "enforce_eager", "trust_remote_code", "distributed_executor_backend", "data_parallel_size", "kv_cache_memory_bytes",
 }
-"""Keyword arguments of ``vllm.LLM`` (named or ``EngineArgs`` fields in 0.33 and 0.34) the fake understands."""
+"""Keyword arguments of ``vllm.LLM`` (named or ``EngineArgs`` fields) the fake understands."""
 
 DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
@@ -71,7 +74,7 @@ def end_after(count: Callable[[list[int]], int], end: int | None) -> Script:
 
 
 class SamplingParams:
-    """vLLM 0.33/0.34 ``SamplingParams`` fields that tsctl may set, with their types and ranges checked."""
+    """vLLM ``SamplingParams`` fields that tsctl may set, with their types and ranges checked."""
 
     FIELDS: dict[str, tuple[tuple[type, ...], Any]] = {
         "n": ((int,), 1), "temperature": ((float,), 1.0), "top_p": ((float,), 1.0), "top_k": ((int,), 0),
@@ -154,10 +157,11 @@ class Folder:
         )
 
 
-class FakeModel:
+class FakeModel(torch.nn.Module):
     """A worker's model: ``load_weights`` takes (folder name, tensor) pairs, as vLLM's models do."""
 
     def __init__(self, llm: "LLM", rank: int) -> None:
+        super().__init__()
         self.llm, self.rank = llm, rank
         self.loaded: dict[str, torch.Tensor] = {}
 
@@ -183,11 +187,18 @@ class FakeModel:
 
 
 class FakeWorker:
-    """The part of vLLM's GPU worker the extension sees: ``self.model_runner.model``."""
+    """The part of vLLM's GPU worker the extension sees: ``self.model_runner.model`` and ``reload_weights``."""
 
     def __init__(self, llm: "LLM", rank: int) -> None:
         self.rank = rank
         self.model_runner = types.SimpleNamespace(model=FakeModel(llm, rank))
+
+    def reload_weights(
+        self, weights_iterator: Iterable[tuple[str, torch.Tensor]] | None = None, weights_path: str | None = None, is_checkpoint_format: bool = True,
+    ) -> None:
+        if weights_iterator is None or not is_checkpoint_format:
+            raise AssertionError("tsctl reloads checkpoint-format tensors it hands over")
+        self.model_runner.model.load_weights(weights_iterator)
 
 
 def _tensors_in(value: Any) -> bool:
@@ -205,6 +216,7 @@ class LLM:
 
     script: Script = staticmethod(end_after(lambda prompt: 0, end=None))  # bytes only; install() sets another
     instances: list["LLM"] = []
+    platform = "cuda"
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         unknown = set(kwargs) - LLM_KWARGS
@@ -220,13 +232,8 @@ class LLM:
             raise ValueError(f"gpu_memory_utilization={memory} must be in (0, 1]")
         if not isinstance(kwargs.get("seed", 0), int):
             raise TypeError("LLM.seed must be an int")
-        if kwargs.get("distributed_executor_backend") == "external_launcher":
-            # vLLM joins the torchrun world: it must be exactly the engine's TP x DP ranks
-            ranks = kwargs.get("tensor_parallel_size", 1) * kwargs.get("data_parallel_size", 1)
-            if int(os.environ.get("WORLD_SIZE", "1")) != ranks:
-                raise RuntimeError(f"external_launcher: WORLD_SIZE={os.environ.get('WORLD_SIZE')} is not tensor x data parallel = {ranks}")
-        elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise RuntimeError("an LLM built inside a torchrun job without distributed_executor_backend='external_launcher' hangs on the job's process group")
+        if kwargs.get("enable_sleep_mode") and type(self).platform != "cuda":
+            raise ValueError("Sleep mode is not supported on current platform.")
         self.kwargs = {"model": model, **kwargs}
         self.folder = Folder.read(model)
         self.dtype = DTYPES[dtype] or torch.bfloat16
@@ -245,6 +252,7 @@ class LLM:
             bases += (getattr(importlib.import_module(module), name),)
         worker_cls = type("Worker", bases, {})
         self.workers = [worker_cls(self, rank) for rank in range(kwargs.get("tensor_parallel_size", 1))]
+        self.llm_engine = types.SimpleNamespace(engine_core=types.SimpleNamespace(shutdown=lambda: self.events.append(("shutdown",))))
         type(self).instances.append(self)
 
     def generate(self, prompts: Any, sampling_params: Any = None, *, use_tqdm: bool = True, **kwargs: Any) -> list[RequestOutput]:
@@ -294,7 +302,7 @@ class LLM:
         sample = CompletionOutput(0, "" if not sp.detokenize else "<text>", tokens, None, logprobs, reason, tokens[-1] if reason == "stop" else None)
         return RequestOutput(str(index), prompt, [sample])
 
-    def sleep(self, level: int = 1, mode: str = "abort", reset_connector: bool = True) -> None:
+    def sleep(self, level: int = 1, mode: str = "abort") -> None:
         if not self.sleep_mode:
             raise RuntimeError("sleep mode is not enabled: LLM(enable_sleep_mode=True)")
         if level not in (0, 1, 2):
@@ -337,10 +345,14 @@ class LLM:
         return [getattr(worker, method)(*args, **kwargs) for worker in self.workers]
 
 
-def install(monkeypatch: Any, script: Script | None = None) -> types.ModuleType:
-    """Make ``import vllm`` return this fake for one test; ``script`` decides what gets "sampled"."""
+def install(monkeypatch: Any, script: Script | None = None, platform: str = "cuda") -> types.ModuleType:
+    """Make ``import vllm`` return this fake for one test, on a machine tsctl takes for ``platform`` (``cuda``
+    or ``cpu``); ``script`` decides what gets "sampled"."""
+    from tsctl.engines import vllm_platform
+
+    monkeypatch.setattr(vllm_platform, "on_cuda", lambda: platform == "cuda")
     module = types.ModuleType("vllm")
-    llm_cls = type("LLM", (LLM,), {"instances": []})
+    llm_cls = type("LLM", (LLM,), {"instances": [], "platform": platform})
     if script is not None:
         llm_cls.script = staticmethod(script)
     module.LLM = llm_cls

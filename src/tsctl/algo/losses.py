@@ -21,7 +21,7 @@ reduced over the loss mask by the caller (sum and count, or by position and sour
 :mod:`tsctl.algo.position_metrics`). Per-token values aggregate across micro-batches and steps
 without bias, unlike per-micro-batch means. Names:
 
-- ``pg_loss``: the clipped per-token loss before aggregation.
+- ``pg_loss``: the clipped per-token loss before aggregation (and before any per-token ``weights``).
 - ``ratio``: ``r_t``.
 - ``clip_low``: 1 where the lower clip is active: ``A < 0`` and ``r_t < 1 - clip_low``.
 - ``clip_high``: 1 where the upper clip is active: ``A > 0`` and ``r_t > 1 + clip_high``.
@@ -55,7 +55,7 @@ Norm = Union[float, Tensor]
 DualClip = Union[float, Tensor, None]
 """A dual-clip constant: one float for every token, a ``[B, T]`` tensor of per-token constants, or None (off)."""
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
-"""``fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, clip_c, token_norm, seq_norm)``."""
+"""``fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, clip_c, token_norm, seq_norm, weights)``."""
 Aggregation = Callable[[Tensor, Tensor, Norm, Norm], Tensor]
 """``aggregate(values, mask, token_norm, seq_norm) -> 0-d loss`` from ``[B, T]`` per-token values."""
 
@@ -213,7 +213,7 @@ def get_policy_loss(name: str) -> PolicyLossFn:
     """The policy loss ``algo.loss=name``: :func:`clipped_objective` per token, then the aggregation ``name``.
 
     The returned function takes ``(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high,
-    clip_c=None, token_norm, seq_norm)``:
+    clip_c=None, token_norm, seq_norm, weights=None)``:
 
     - ``logprobs``: ``[B, T]`` ``pi_theta`` log-probs (with grad);
     - ``old_logprobs``: ``[B, T]`` stored log-probs the ratio is taken against;
@@ -221,6 +221,8 @@ def get_policy_loss(name: str) -> PolicyLossFn:
     - ``mask``: ``[B, T]`` response tokens that enter the loss;
     - ``clip_low``, ``clip_high``, ``clip_c``: see :func:`clipped_objective`;
     - ``token_norm``, ``seq_norm``: loss tokens and sequences of the whole mini-batch (:func:`loss_norms`);
+    - ``weights``: ``[B, T]`` detached per-token multipliers of the clipped terms before aggregation
+      (the rollout correction, :mod:`tsctl.algo.rollout_correction`), or None: no multiplication;
 
     and returns the 0-d loss and the per-token ``[B, T]`` metrics. An unknown name raises ValueError
     listing the valid ones.
@@ -230,8 +232,11 @@ def get_policy_loss(name: str) -> PolicyLossFn:
     def loss(
         logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
         clip_low: float, clip_high: float, clip_c: DualClip = None, token_norm: Norm, seq_norm: Norm,
+        weights: Optional[Tensor] = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         per_token, metrics = clipped_objective(logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+        if weights is not None:
+            per_token = per_token * weights
         return aggregate(per_token, mask, token_norm, seq_norm), metrics
 
     return loss

@@ -23,6 +23,8 @@ REF_PLACEMENTS = ("policy", "cpu", "offload")
 OLD_LOGPROBS = ("auto", "engine", "recompute")
 DEVICES = ("auto", "cpu", "cuda")
 OVERLONG = ("none", "mask", "penalty")
+ROLLOUT_CORRECTIONS = ("none", "tis", "mis")
+"""Values of ``algo.rollout_correction``: ``none`` and the modes of :data:`tsctl.algo.rollout_correction.CORRECTIONS`."""
 OVERLONG_PROMPTS = ("error", "drop")
 ADV_GROUPS = ("all", "plain")
 SCHEDULES = ("constant", "cosine")
@@ -107,7 +109,8 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     _positive("engine.batch_size", e.batch_size)
     _in_range("engine.gpu_memory_utilization", e.gpu_memory_utilization, 0.05, 0.95)
     _positive("engine.tensor_parallel_size", e.tensor_parallel_size)
-    one_of("engine.dtype", e.dtype, ENGINE_DTYPES)
+    if e.dtype is not None:
+        one_of("engine.dtype", e.dtype, ENGINE_DTYPES)
     if e.max_model_len is not None and e.max_model_len <= e.max_new_tokens:
         raise ConfigError("engine.max_model_len", f"{e.max_model_len} must exceed engine.max_new_tokens={e.max_new_tokens} (prompts need room too)")
 
@@ -126,6 +129,9 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     one_of("algo.overlong", al.overlong, OVERLONG)
     if al.overlong == "penalty" and not 0 < al.overlong_buffer < e.max_new_tokens:
         raise ConfigError("algo.overlong_buffer", f"{al.overlong_buffer} must be in (0, engine.max_new_tokens={e.max_new_tokens})")
+    one_of("algo.rollout_correction", al.rollout_correction, ROLLOUT_CORRECTIONS)
+    if al.rollout_correction_cap < 1:
+        raise ConfigError("algo.rollout_correction_cap", f"{al.rollout_correction_cap} must be >= 1 (the largest weight pi_old / pi_engine a token may take; e.g. 2)")
 
     s = cfg.seeds
     for key in ("fraction", "lo", "hi", "entropy_window", "schedule_start", "schedule_end"):

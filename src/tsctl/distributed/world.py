@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -85,14 +85,27 @@ def stop(clean: bool = True) -> None:
 
     On a clean exit every rank first waits for the others (a barrier), so that none tears down its gloo
     connections while a peer is still finishing its last collective (the peer then aborts). After an error
-    no rank waits: the others may never come, and ``torchrun`` stops them when this one exits.
+    no rank waits: the others may never come, and ``torchrun`` stops them when this one exits. Then the
+    actions given to :func:`before_leaving` run.
     """
     global _current
+    if dist.is_initialized() and clean:
+        dist.barrier()
+    while _leaving:
+        _leaving.pop()()
     if dist.is_initialized():
-        if clean:
-            dist.barrier()
         dist.destroy_process_group()
     _current = SINGLE
+
+
+_leaving: list[Callable[[], None]] = []
+"""What :func:`stop` runs before it leaves the process group, newest first."""
+
+
+def before_leaving(action: Callable[[], None]) -> None:
+    """Have :func:`stop` run ``action`` (after its barrier, before it leaves the group): for what was built on
+    the job's process group and must be torn down while it exists (a vLLM engine, which then leaves it itself)."""
+    _leaving.append(action)
 
 
 def current() -> World:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
 from tsctl.config.schema import EngineConfig, TsctlConfig
 from tsctl.engines.base import Engine
@@ -37,24 +34,21 @@ def _build_vllm(
     cfg: EngineConfig, model: PreTrainedModel, end_ids: Sequence[int], pad_id: int, model_path: str | None, seed: int,
     compute_dtype: torch.dtype | None,
 ) -> Engine:
+    from tsctl.engines import vllm_platform
     from tsctl.engines.vllm import VLLMEngine
 
-    if not _installed("vllm"):
-        raise ConfigError("engine", "engine=vllm needs vLLM, which is not installed: pip install 'tsctl[gpu]' on a CUDA machine, or use engine=hf")
+    vllm_platform.check_runs_here(cfg)
+    vllm_platform.check_model_runs_here(model.config)
     if model_path is None:
         raise ValueError("the vllm engine loads the model from a folder: pass model_path (a save_pretrained folder)")
+    dtype = vllm_platform.dtype(cfg)
+    max_model_len = cfg.max_model_len or model.config.max_position_embeddings
     return VLLMEngine(
-        model_path, end_ids, dtype=cfg.dtype, seed=seed, gpu_memory_utilization=cfg.gpu_memory_utilization,
-        tensor_parallel_size=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len or model.config.max_position_embeddings,
-        max_num_seqs=cfg.batch_size, enable_sleep_mode=cfg.enable_sleep_mode,
+        model_path, end_ids, dtype=dtype, seed=seed, gpu_memory_utilization=cfg.gpu_memory_utilization,
+        tensor_parallel_size=cfg.tensor_parallel_size, max_model_len=max_model_len, max_num_seqs=cfg.batch_size,
+        enable_sleep_mode=vllm_platform.sleep_mode(cfg), enforce_eager=cfg.enforce_eager,
+        kv_cache_bytes=vllm_platform.cpu_kv_cache_bytes(model.config, dtype, max_model_len, cfg.batch_size),
     )
-
-
-def _installed(package: str) -> bool:
-    """Whether ``package`` can be imported (without importing it)."""
-    if package in sys.modules:
-        return sys.modules[package] is not None
-    return importlib.util.find_spec(package) is not None
 
 
 def build_engine(

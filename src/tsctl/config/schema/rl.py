@@ -11,7 +11,7 @@ class EngineConfig:
     """Rollout backend and sampling parameters."""
 
     name: str = "hf"
-    """``hf`` (transformers; CPU or one GPU) or ``vllm`` (GPU)."""
+    """``hf`` (transformers; CPU or one GPU) or ``vllm`` (vLLM: CUDA GPUs, or vLLM's CPU build)."""
     temperature: float = 0.6
     """Sampling temperature (0 = greedy). 0.6 suits the built-in model: at 1.0 its samples solve half as
     often as its greedy answers and RL there lowered greedy accuracy; large models usually train at 1.0."""
@@ -25,15 +25,20 @@ class EngineConfig:
     """vllm only: share of GPU memory vLLM may take while awake (weights + KV cache; the trainer needs the rest)."""
     tensor_parallel_size: int = 1
     """vllm only: GPUs the engine's model is split over (weights reach them by CUDA IPC, not through the host)."""
-    dtype: str = "bfloat16"
+    dtype: Optional[str] = "bfloat16"
     """vllm only: dtype of vLLM's weights and compute (``bfloat16``, ``float16`` or ``float32``), whatever
-    the trainer's; the trainer's weights are cast to it at every sync."""
+    the trainer's; the trainer's weights are cast to it at every sync. Null (``conf/engine/vllm.yaml``)
+    = ``bfloat16`` on CUDA, ``float32`` on the CPU."""
     max_model_len: Optional[int] = None
     """vllm only: longest prompt + prefix + response, in tokens (sizes vLLM's KV cache); null = the
     model's ``max_position_embeddings``. A request that does not fit is refused, never cut short."""
-    enable_sleep_mode: bool = True
+    enable_sleep_mode: Optional[bool] = True
     """vllm only: discard vLLM's weights and KV cache during the update (sleep level 2) and bring them
-    back after the weight sync, so vLLM and the trainer share one GPU."""
+    back after the weight sync, so vLLM and the trainer share one GPU. Null (``conf/engine/vllm.yaml``)
+    = on with CUDA, off on the CPU, where vLLM has no sleep mode (true is refused there)."""
+    enforce_eager: bool = False
+    """vllm only: skip vLLM's ``torch.compile`` and CUDA graphs: the engine starts in seconds instead of
+    a minute, and decodes more slowly (tests and short runs)."""
 
 
 @dataclass
@@ -76,6 +81,17 @@ class AlgoConfig:
     """DAPO soft penalty: tokens before max_new_tokens where the linear length penalty starts."""
     overlong_penalty: float = 1.0
     """DAPO soft penalty: largest penalty subtracted from the reward."""
+    rollout_correction: str = "none"
+    """Correct for the rollout engine sampling with other numerics than the trainer (vLLM's bf16 kernels):
+    each suffix and plain token's clipped policy-gradient term is weighted by its ratio
+    ``r = pi_old / pi_engine`` (pi_old as the trainer computes it over the engine's log-prob of the token),
+    bounded by ``rollout_correction_cap`` (c): ``none`` (no weight), ``tis`` (``min(r, c)``) or ``mis``
+    (``r`` inside ``[1/c, c]``, else 0: the token's term is dropped but it still counts in the token-mean's
+    denominator). Not the KL or entropy terms; seed-prefix tokens keep weight 1; with pi_old taken from the
+    engine itself (``trainer.old_logprobs``) every weight is exactly 1. See ``algo/rollout_correction.py``."""
+    rollout_correction_cap: float = 2.0
+    """The bound ``c`` (>= 1) of ``rollout_correction``: ``tis`` caps the weight at it, ``mis`` masks the
+    tokens whose ratio is above it or below its inverse."""
 
 
 @dataclass

