@@ -48,7 +48,7 @@ from tsctl.stages.report.attribution import attribution_rows, markdown_section
 from tsctl.stages.report.claims import CLAIMS, assess
 from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
 from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points
-from tsctl.stages.report.tables import comparison_rows, notes, table_rows
+from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, notes, table_rows
 from tsctl.stages.report.stats import SAME, paired_bootstrap, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,6 +266,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
+        lines += ["What each comparison rules out:", "", *_md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]
     lines += next((same_setting_check(p) for p in points if p.label == baseline), [])
     attribution = markdown_section(attribution_rows(points, summary.level), summary.level)
     if attribution:  # one level down: a part of this sweep's section
@@ -370,7 +371,9 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "Regenerate with `python scripts/results.py` (resumable; `--render` rewrites this page from the finished runs' records",
         "in `docs/results/<sweep>/runs/`, which a later `python scripts/results.py` restores instead of training them again).",
         "Every run is `tsctl train` on the built-in model at the default settings unless the sweep says otherwise;",
-        "each point is several seeds, paired by seed in every comparison. 95% intervals throughout.",
+        "each point is several seeds, paired by seed in every comparison. 95% intervals throughout. Verdicts come from",
+        "p-values Holm-adjusted within each family (a section's comparison table; each claim's comparisons), and every",
+        "comparison says what its interval rules out and the smallest effect its seeds could detect (MDE, 80% power).",
         "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`, or `--jobs 2` on 2 cores) beside",
         "other work, so their wall times say nothing about the README's. Each section says how many of its runs have",
         "finished. Compare points within a section: a section's runs start from one warmed-up built-in model (its weights'",

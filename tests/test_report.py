@@ -169,10 +169,17 @@ def test_report_writes_interval_columns_comparisons_and_a_band_plot(paired_sweep
     rows = list(csv.DictReader((out / "comparisons.csv").open()))
     greedy = next(r for r in rows if r["metric"] == "greedy_accuracy")
     assert greedy["verdict"] == "better" and float(greedy["diff_by_problem"]) == pytest.approx(0.15)
+    # 3 comparisons in the table's family; greedy's bootstrap p is 0 and stays 0; pass@1's identical samples give p = 1
+    assert greedy["p_holm"] == "0" and next(r for r in rows if r["metric"] == "pass@1")["p_holm"] == "1"
+    assert greedy["mde_80_by_seed"] == "0" and greedy["p_equivalence"] == ""  # no spread over seeds; no margin given
+    bounds = md.split("What each comparison rules out:")[1]
+    assert "| ratio=25 | held-out greedy acc. | [+0." in bounds and "(problems x seeds) | better | rules out gains > 0." in bounds
+    assert "| ratio=25 | held-out pass@1 | [+0.000, +0.000] (problems x seeds) | not distinguishable | rules out gains > 0.000 / losses > 0.000 | 0.000 |" in bounds
+    assert "no equivalence test was run" in md
     assert {"greedy_accuracy_ci_low", "greedy_accuracy_ci_high", "pass@1_n"} <= set(next(csv.DictReader((out / "summary.csv").open())))
     assert (out / "reward_accuracy.png").is_file()
     printed = capsys.readouterr().err  # the console writes to stderr
-    assert "Paired against ratio=0" in printed and "better" in printed
+    assert "Paired against ratio=0" in printed and "better" in printed and "p (Holm)" in printed and "rules out gains >" in printed
 
 
 def test_a_ratio_sweep_s_report_assesses_the_method_s_claims(paired_sweep, capsys):
@@ -180,12 +187,14 @@ def test_a_ratio_sweep_s_report_assesses_the_method_s_claims(paired_sweep, capsy
     md = (out / "summary.md").read_text()
     claims = md.split("## The Thinking Seeds claims, as these runs see them")[1]
     # entropy is 1.0 at every step of every run: no fall, no seeded gain; no run logs clipped prefix tokens
-    assert "- (i) Entropy falls along the position and over training under plain on-policy training (ratio=0): **not supported**: 0 of 1" in claims
+    assert "- (i) Under plain on-policy training (ratio=0) entropy falls over training, and along the response position, more so as training goes on: **not supported**: 0 of 1" in claims
     assert "- (ii) Prefix tokens are clipped far more often than suffix tokens: **pending**" in claims
     # ratio 25 solves 30 more of 200 problems greedily (better); its sampled results equal ratio 0's
     assert "- (iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k: **partly supported**: 1 of 2 comparison(s) say better" in claims
     greedy = next(line for line in claims.splitlines() if line.startswith("  - ratio=25 vs ratio=0, greedy_accuracy: "))
-    assert "difference +0.150 [95% CI +0." in greedy and greedy.endswith("(problems x seeds): **better**.")
+    assert "difference +0.150 [95% CI +0." in greedy and "(problems x seeds), p=0, Holm p=0: **better**; rules out gains > 0." in greedy
+    # every seed gains exactly 30 of 200 problems: the paired differences do not spread, so any difference is detectable
+    assert greedy.endswith("and any loss; MDE 0.000 (80% power, paired t over seeds).")
     assert "- (iv) Seeded runs keep a higher entropy: **not supported**: 0 of 1 comparison(s) say higher" in claims
     console = " ".join(capsys.readouterr().err.split())
     assert "(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k: partly supported: 1 of 2" in console
@@ -228,6 +237,11 @@ def test_cli_takes_the_baseline_unquoted_and_refuses_other_keys(paired_sweep):
     assert "Paired against ratio=25" in done.stderr and "90% CI" in done.stderr
     rows = list(csv.DictReader((paired_sweep / "report" / "comparisons.csv").open()))
     assert {r["point"] for r in rows} == {"ratio=0"} and {r["baseline"] for r in rows} == {"ratio=25"}
+    assert {r["p_equivalence"] for r in rows} == {""}
+    tsctl("report", str(paired_sweep), "report.equivalence_margin=0.5")  # the key reaches the report
+    rows = list(csv.DictReader((paired_sweep / "report" / "comparisons.csv").open()))
+    held_out = {r["metric"]: r for r in rows if r["metric"] in ("greedy_accuracy", "pass@1")}
+    assert all(r["p_equivalence"] != "" for r in held_out.values()) and held_out["pass@1"]["verdict"] == "equivalent within ±0.5"
     wrong = tsctl("report", str(paired_sweep), "ratio=25", check=False)
     assert wrong.returncode == 2 and "only report.* overrides" in wrong.stderr and "Traceback" not in wrong.stderr
     bad = tsctl("report", str(paired_sweep), "report.baseline=ratio=7", check=False)

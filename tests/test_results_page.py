@@ -32,11 +32,12 @@ def write_run(folder: Path, settings: dict, overrides: list[str], records: list[
 
 
 def fake_point(folder: Path, ratio: int, seed: int, accuracy: float) -> None:
-    """A finished run: entropy falls over the steps and along the position; seeded runs clip prefixes 10x more."""
+    """A finished run: entropy falls over the steps and along the position, where the drop deepens by 0.001 + 0.0002*seed
+    a step; seeded runs clip prefixes 10x more."""
     records = []
     for step in range(1, 21):
         entropy = 0.5 - (0.01 + 0.0005 * seed) * step + ((0.004 + 0.0002 * seed) * step if ratio else 0)
-        record = {"step": step, "time/step": 30.0 * (1 + seed), "reward/mean": 0.4, "entropy": entropy, "entropy_by_pos/0-3": entropy + 0.1, "entropy_by_pos/4-7": entropy - 0.1 - 0.002 * seed}
+        record = {"step": step, "time/step": 30.0 * (1 + seed), "reward/mean": 0.4, "entropy": entropy, "entropy_by_pos/0-3": entropy + 0.1, "entropy_by_pos/4-7": entropy - 0.1 - 0.002 * seed - (0.001 + 0.0002 * seed) * step}
         if ratio:
             record |= {"clipped_by_source/prefix": 0.01 + 0.001 * seed, "clipped_by_source/suffix": 0.001}
         records.append(record)
@@ -62,14 +63,27 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
             "bbbbbbbbbbbb (1 run(s)), not recorded (3 run(s)) (different warm-ups: compare with care). Arithmetic (manifest.json): "
             "cpu AVX2, 1 thread (1 run(s)), not recorded (5 run(s)). Training took 20 min per run (10-30;") in page
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
-    # (i) along the position: tokens 4-7 are 0.2 + 0.002*seed below tokens 0-3;
-    # over training: steps 19-20 minus steps 1-2 is -18 * (0.01 + 0.0005*seed), -0.189 on average
-    assert "tokens 4-7 minus tokens 0-3" in claims and "difference -0.202" in claims
-    assert "last 10% of steps minus first 10%: " in claims and "difference -0.189 " in claims
+    # (i) over training: steps 19-20 minus steps 1-2 is -18 * (0.01 + 0.0005*seed), -0.189 on average;
+    # along the position: tokens 4-7 are 0.2 + 0.002*seed + (0.001 + 0.0002*seed)*step below tokens 0-3, on average over
+    # seeds 0-2 0.2 + 0.002 + 0.0012 * 1.5 = 0.2038 below in steps 1-2 (already there at the start) and
+    # 0.2 + 0.002 + 0.0012 * 19.5 = 0.2254 in steps 19-20; the drop deepens by 0.0012 * 18 = 0.0216
+    (over, start, end, deepens) = [line for line in claims.splitlines() if line.startswith("  - ")][:4]
+    assert over.startswith("  - over training: entropy in the last 10% of steps minus the first 10%: ") and "difference -0.189 " in over
+    assert start.startswith("  - along the position, already in the first 10% of steps: tokens 4-7 (reached only by responses longer "
+                            "than 4 tokens) minus tokens 0-3: ") and "difference -0.2038 " in start and "**lower**" in start
+    assert end.startswith("  - along the position, last 10% of steps: tokens 4-7") and "difference -0.2254 " in end
+    assert deepens.startswith("  - the drop along the position over training (lower: it deepens") and "difference -0.0216 " in deepens
+    assert "countdown-ratio, in sum: **supported**: 4 of 4 comparison(s) say lower." in claims
     # (ii) prefix 1.1% vs suffix 0.1% of tokens
     assert "clipped % of prefix minus suffix tokens (11.0x)" in claims
     # (iii) ratio 25 gains 2-3 points on every seed: better by seed
-    assert "ratio=25 vs ratio=0, greedy_accuracy: 0.435 vs 0.410, difference +0.025" in claims
+    # by seed: differences 0.02, 0.03, 0.025: mean 0.025, std 0.005, t = 0.025 / (0.005 / sqrt(3)) = 8.660, p = 0.01307 with
+    # 2 degrees of freedom; Holm within claim (iii)'s two comparisons (pass@1 gains exactly half of it, same p): 2 * 0.01307;
+    # the 95% interval 0.025 -+ 4.3027 * 0.005 / sqrt(3) = [+0.013, +0.037]
+    greedy = next(line for line in claims.splitlines() if "ratio=25 vs ratio=0, greedy_accuracy: 0.435 vs 0.410; difference +0.025" in line)
+    assert "[95% CI +0.013, +0.037] (3 seeds), p=0.0131, Holm p=0.0261: **better**; rules out gains > 0.037 or < 0.013, and any loss" in greedy
+    # MDE of 3 seeds at std 0.005: noncentrality 5.6535 solves the power equation, 5.6535 * 0.005 / sqrt(3) = 0.0163
+    assert greedy.endswith("MDE 0.016 (80% power, paired t over seeds).")
     # (iv) seeded entropy is higher by (0.004 + 0.0002*seed) * 19.5 over the last 2 steps: +0.0819 on average
     assert "ratio=25 minus ratio=0, entropy at the end of training" in claims and "difference +0.0819" in claims
     assert claims.count("**better**") >= 1 and "**lower**" in claims and "**higher**" in claims
@@ -84,8 +98,11 @@ def test_a_sweep_with_only_its_baseline_finished_shows_it_and_waits_for_the_rest
         fake_point(sweep / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
     page = results.render(tmp_path / "runs")
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
-    assert "  - over training, last 10% of steps minus first 10%" in claims  # (i) needs ratio=0 only
-    assert "countdown-ratio, in sum: **supported**: 2 of 2 comparison(s) say lower." in claims
+    assert "  - over training: entropy in the last 10% of steps minus the first 10%" in claims  # (i) needs ratio=0 only
+    # with seeds 0 and 1 the drop along the position deepens by 0.018 and 0.0216: t = 0.0198 / (0.002546 / sqrt(2)) = 11.0
+    # on 1 degree of freedom, p = 1 - 2 * atan(11) / pi = 0.0577, the largest of the claim's four: Holm leaves it so
+    assert "difference -0.0198 [95% CI -0.04267, +0.003071] (n=2), p=0.0577, Holm p=0.0577: **not distinguishable**" in claims
+    assert "countdown-ratio, in sum: **partly supported**: 3 of 4 comparison(s) say lower." in claims
     assert claims.count("countdown-ratio, in sum: **pending**: no comparison with an interval yet.") == 3
     assert claims.count("no finished seeded run yet.") == 2 and "no paired comparison yet." in claims
     assert "Finished so far: 2 run(s)" in page and "| ratio=0 | 2/2 |" in page and "Paired against" not in page

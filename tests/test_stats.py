@@ -117,3 +117,40 @@ def test_paired_bootstrap_matches_the_normal_approximation_on_many_problems():
     assert c.diff.std == pytest.approx(se, rel=0.08)
     assert c.diff.half_width == pytest.approx(1.96 * se, rel=0.08)
     assert c.p_value < 0.001 and verdict(c) == BETTER
+
+
+def test_equivalence_p_is_two_one_sided_t_tests_by_hand():
+    from tsctl.stages.report.stats import equivalence_p
+
+    baseline = [0.5] * 5
+    setting = [0.51, 0.49, 0.50, 0.52, 0.48]
+    # differences 0.01, -0.01, 0, 0.02, -0.02: mean 0, std sqrt(0.001 / 4) = 0.0158114, se 0.0070711
+    # margin 0.03: t = 0.03 / 0.0070711 = 4.24264 on either side, p = P(T_4 > 4.24264) = 0.0066180
+    assert equivalence_p(setting, baseline, 0.03) == pytest.approx(scipy_stats.t.sf(4.2426407, 4), rel=1e-6)
+    assert equivalence_p(setting, baseline, 0.03) == pytest.approx(0.0066180, abs=1e-6)
+    # it passes at 0.05 exactly when the 90% t-interval, 0 -+ 2.1318468 * 0.0070711 = -+0.0150745, is inside the margin
+    assert equivalence_p(setting, baseline, 0.0151) < 0.05 < equivalence_p(setting, baseline, 0.0150)
+    assert equivalence_p([0.6, 0.7], [0.5, 0.6], 0.2) == 0.0 and equivalence_p([0.6, 0.7], [0.5, 0.6], 0.05) == 1.0  # no spread
+    assert math.isnan(equivalence_p([0.5], [0.5], 0.1))
+    with pytest.raises(ValueError, match="positive"):
+        equivalence_p(setting, baseline, 0.0)
+
+
+def test_the_minimum_detectable_effect_has_80_percent_power():
+    from tsctl.stages.report.power import min_detectable_effect, power_of
+
+    # many seeds: the normal approximation (z_0.975 + z_0.8) * s / sqrt(n) = (1.959964 + 0.841621) * 1 / sqrt(1000) = 0.088594
+    assert min_detectable_effect(1.0, 1000) == pytest.approx(0.088594, rel=2e-3)
+    # 5 seeds: a little above (t_{4, 0.975} + t_{4, 0.8}) * s / sqrt(5) = (2.776445 + 0.940965) / 2.236068 = 1.662472
+    mde = min_detectable_effect(1.0, 5)
+    assert 1.662472 < mde < 1.662472 * 1.02 and mde == pytest.approx(1.681997, abs=1e-5)
+    assert power_of(mde, 1.0, 5) == pytest.approx(0.8, abs=1e-9)
+    # the power of that design checked by simulation: 5 paired differences ~ N(mde, 1), the two-sided t-test at 0.05
+    rng = np.random.default_rng(1)
+    d = rng.normal(mde, 1.0, (200000, 5))
+    t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(5))
+    assert np.mean(np.abs(t) > 2.776445) == pytest.approx(0.8, abs=0.005)
+    assert min_detectable_effect(0.01, 5) == pytest.approx(0.01681997, abs=1e-7)  # scales with the spread
+    assert min_detectable_effect(0.0, 5) == 0.0 and math.isnan(min_detectable_effect(0.5, 1))
+    with pytest.raises(ValueError, match="alpha"):
+        min_detectable_effect(1.0, 5, alpha=0.5, power=0.4)

@@ -83,10 +83,10 @@ def test_torchrun_ranks_that_generate_different_numbers_of_times_do_not_lock_up(
 
 
 def test_torchrun_train_with_dynamic_sampling_finishes(tmp_path, model_cache):
-    args = [*micro_args(tmp_path / "runs", model_cache), *VLLM, "algo.dynamic_sampling=true", "trainer.save_rollouts=true", "name=ranks"]
+    args = [*micro_args(tmp_path / "runs", model_cache), *VLLM, "algo.dynamic_sampling=true", "trainer.save_rollouts=true", "trainer.steps=6", "name=ranks"]
     done = torchrun("-m", "tsctl", "train", *args, env={"TSCTL_NO_PROGRESS": "1"})
     run = tmp_path / "runs" / "default" / "ranks"
-    assert [r["step"] for r in metrics(run) if "logprob_gap/abs_max" in r] == [1, 2, 3], done.stdout[-2000:]
+    assert [r["step"] for r in metrics(run) if "logprob_gap/abs_max" in r] == [1, 2, 3, 4, 5, 6], done.stdout[-2000:]
     # 4 prompts, 2 per rank: refill round r numbers a rank's groups 4 (r + 1) + its block's start. A rank that kept
     # its two first-draw groups called generate once; one holding a refill group called it at least twice.
     uneven = False

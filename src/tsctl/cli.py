@@ -22,10 +22,10 @@ behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
 [cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] (countdown|arithmetic|file; overlong_prompts=error|drop),
-[cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
-clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
+[cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
+clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong, rollout_correction=none|tis|mis), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
 selector=latest|oldest|uniform|max_entropy|bandit, pool_size, source=self|model|traces, source_path, trace_logprobs),
-[cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite),
+[cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite, checkpoint_on_signal),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
 [cyan]shards[/cyan] (seed/rollout: checkpoint, step, data_step, steps, out_dir, overwrite), [cyan]logger[/cyan] (console|wandb).
 
@@ -68,6 +68,7 @@ def _fail(err: BaseException) -> typer.Exit:
 def _guarded(action: Callable[[], object]) -> None:
     """Run ``action``; user errors, and a write that failed for a full disk or a read-only place, exit 2 with one line."""
     from tsctl.io.atomic import write_error, write_problem
+    from tsctl.trainer.stop_signals import Interrupted
 
     try:
         action()
@@ -81,6 +82,12 @@ def _guarded(action: Callable[[], object]) -> None:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]; resume with the same command and resume=true")
         raise typer.Exit(130) from None
+    except Interrupted as stop:  # SIGTERM/SIGINT at a step's end: saved and marked, see tsctl.trainer.stop_signals
+        from tsctl.distributed.world import from_env
+
+        if from_env().main:  # under torchrun: once, by rank 0
+            console.print(f"[yellow]interrupted[/yellow] by {escape(str(stop))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(stop.exit_code) from None
 
 
 def quote_baseline(overrides: list[str]) -> list[str]:
@@ -221,7 +228,7 @@ def report(
     def stage(c: Composed) -> None:
         from tsctl.stages.report import report as write_report
 
-        out = write_report(Path(path), baseline=c.cfg.report.baseline, level=c.cfg.report.level)
+        out = write_report(Path(path), baseline=c.cfg.report.baseline, level=c.cfg.report.level, equivalence_margin=c.cfg.report.equivalence_margin)
         console.print(f"report: {out}", highlight=False)
 
     other = [o for o in overrides or [] if not o.lstrip("+~").startswith("report.")]

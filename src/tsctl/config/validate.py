@@ -179,6 +179,9 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
         raise ConfigError("report.level", f"{rep.level} is out of range; allowed: 0 < report.level < 1 (e.g. 0.95)")
     if rep.baseline is not None and (not rep.baseline.split() or any("=" not in part[1:] for part in rep.baseline.split())):
         raise ConfigError("report.baseline", f"{rep.baseline!r}: write it as key=value, e.g. report.baseline=ratio=0")
+    if rep.equivalence_margin is not None and not 0 < rep.equivalence_margin < 1:
+        raise ConfigError("report.equivalence_margin", f"{rep.equivalence_margin} is out of range; allowed: null or 0 < margin < 1 "
+                          "(a fraction of problems, e.g. 0.02)")
 
     one_of("logger.name", cfg.logger.name, LOGGERS)
     one_of("logger.wandb_mode", cfg.logger.wandb_mode, WANDB_MODES)

@@ -2,11 +2,13 @@
 
 ``TSCTL_KILL_AT=<point>:<n>`` kills the process (SIGKILL, no cleanup, as the OOM killer or a
 scheduler would) the ``n``-th time the code reaches :func:`hit` with that point's name. Unset (the
-normal case) :func:`hit` returns at once. Points:
+normal case) :func:`hit` returns at once. ``TSCTL_KILL_SIGNAL=TERM`` (or ``INT``) sends that signal
+instead, as Slurm or ``timeout`` would, and the code goes on to handle it. Points:
 
 - ``shard-written``: a shard file is in place, its ``.sha256`` not yet (:mod:`tsctl.io.shards`);
 - ``checkpoint-partial``: a checkpoint's weights are in its temp folder, its trainer state not yet
   (:mod:`tsctl.io.checkpoints`);
+- ``step-sampled``: a step's samples are drawn, its update not yet (:mod:`tsctl.stages.train`);
 - ``step-logged``: a step's metrics line is written, its checkpoint (if any) not yet (:mod:`tsctl.stages.train`).
 """
 
@@ -17,12 +19,14 @@ import os
 import signal
 
 ENV = "TSCTL_KILL_AT"
+SIGNAL_ENV = "TSCTL_KILL_SIGNAL"
 
 _hits: collections.Counter[str] = collections.Counter()
 
 
 def hit(point: str) -> None:
-    """Count one passage through ``point``; SIGKILL the process on the passage ``TSCTL_KILL_AT`` names."""
+    """Count one passage through ``point``; signal the process (SIGKILL unless ``TSCTL_KILL_SIGNAL`` names
+    another) on the passage ``TSCTL_KILL_AT`` names."""
     spec = os.environ.get(ENV)
     if not spec:
         return
@@ -33,4 +37,4 @@ def hit(point: str) -> None:
         return
     _hits[point] += 1
     if _hits[point] == int(count):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.Signals["SIG" + os.environ.get(SIGNAL_ENV, "KILL")])

@@ -33,6 +33,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.io import atomic
 from tsctl.io.progress import console
 from tsctl.io.run_lock import RunBusy, RunLock, clean_temp
+from tsctl.io.step_logs import parse
 
 METRICS_GZ = "metrics.jsonl.gz"
 """A run record's metrics (:mod:`tsctl.io.run_records`): ``metrics.jsonl`` gzipped, read where ``metrics.jsonl`` is absent."""
@@ -124,30 +125,19 @@ class RunDir:
             f.flush()
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """All complete records of ``metrics.jsonl`` (a torn last line is ignored), or of a run record's
-        :data:`METRICS_GZ` where the folder has no ``metrics.jsonl``.
+        """The intact records of ``metrics.jsonl`` (a damaged line is skipped, see :mod:`tsctl.io.step_logs`),
+        or of a run record's :data:`METRICS_GZ` where the folder has no ``metrics.jsonl``.
 
         Raises:
             RunError: the gzipped metrics are damaged.
         """
         if self.metrics_file.is_file():
-            text = self.metrics_file.read_text()
+            data = self.metrics_file.read_bytes()
         elif (self.path / METRICS_GZ).is_file():
-            text = gunzip_metrics(self.path).decode()
+            data = gunzip_metrics(self.path)
         else:
             return []
-        records = []
-        for line in text.splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        return records
-
-    def truncate_metrics(self, after_step: int) -> None:
-        """Drop records of steps after ``after_step`` (work a killed run did past its checkpoint)."""
-        kept = [r for r in self.read_metrics() if r.get("step", -1) <= after_step]
-        atomic.write_text(self.metrics_file, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        return parse(data)[0]
 
 
 def gunzip_metrics(folder: Path) -> bytes:

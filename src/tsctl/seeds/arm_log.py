@@ -4,7 +4,8 @@
 advantages, samples]}}`` (``N`` counted from 1, as in ``metrics.jsonl``). The statistics a window's
 choice sees are the sums over every line so far (:meth:`ArmLog.totals`), so the state is the file:
 on resume the lines of steps after the checkpoint are dropped (:meth:`ArmLog.truncate`) and those
-steps are redone, exactly as ``metrics.jsonl`` is; a torn last line (a kill mid-write) is ignored.
+steps are redone, exactly as ``metrics.jsonl`` is. A damaged line (a kill mid-write) is skipped, and set
+aside when the log is rewritten (:mod:`tsctl.io.step_logs`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tsctl.io import atomic
+from tsctl.io.step_logs import keep_through, read_step_log
 
 
 class ArmLog:
@@ -22,14 +23,8 @@ class ArmLog:
         self.path = path
 
     def records(self) -> list[dict]:
-        """Every complete line, in order."""
-        out = []
-        for line in self.path.read_text().splitlines() if self.path.is_file() else []:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        return out
+        """Every intact line, in order."""
+        return read_step_log(self.path).records
 
     def append(self, step: int, arms: dict[int, tuple[float, int]]) -> None:
         """Record step ``step``'s ``{arm: (advantage sum, samples)}`` and flush it to disk."""
@@ -42,8 +37,7 @@ class ArmLog:
     def truncate(self, after_step: int) -> None:
         """Drop the lines of steps after ``after_step`` (work a killed run did past its checkpoint)."""
         if self.path.is_file():
-            kept = [r for r in self.records() if r["step"] <= after_step]
-            atomic.write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+            keep_through(read_step_log(self.path), after_step)
 
     def totals(self) -> dict[int, tuple[int, float]]:
         """``{arm: (samples, advantage sum)}`` over every line (summed in file order)."""

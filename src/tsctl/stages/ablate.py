@@ -200,7 +200,7 @@ def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
     sweep = plan([o for o in overrides if not is_report_override(o)])
     console.print(f"sweep: {len(sweep.points)} point(s) into {sweep.path}", highlight=False)
     launch(sweep)
-    report(sweep.path, baseline=options.baseline, level=options.level)
+    report(sweep.path, baseline=options.baseline, level=options.level, equivalence_margin=options.equivalence_margin)
     failed = [run.path.name for run in find_runs(sweep.path) if run.status != "completed"]
     return sweep.path, failed
 

@@ -32,7 +32,8 @@ What one step does, top to bottom:
    ``metrics.jsonl``; held-out accuracy every ``eval_every`` steps; a checkpoint every
    ``save_every`` steps, from which ``resume=true`` continues exactly. A NaN/Inf loss, gradient or
    parameter stops the run before its weights reach a checkpoint (``trainer.nonfinite``, see
-   :mod:`tsctl.trainer.nonfinite`).
+   :mod:`tsctl.trainer.nonfinite`); SIGTERM or SIGINT stops it at the end of the step, with a
+   checkpoint of it (:mod:`tsctl.trainer.stop_signals`).
 
 Kept from DAPO: clip-higher, token-mean loss, dynamic sampling and overlong shaping (both off by
 default), no KL term by default. Dropped: value model, reward model (rewards are rule-based).
@@ -63,8 +64,8 @@ from tsctl.distributed import world as ranks
 from tsctl.engines.factory import build_engine
 from tsctl.evaluation.scoring import heldout_metrics
 from tsctl.io import arithmetic, faults
-from tsctl.io.checkpoints import latest_checkpoint
 from tsctl.io.progress import console, make_progress
+from tsctl.io.resume_plan import plan_resume
 from tsctl.models.batch import pack
 from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
@@ -85,6 +86,7 @@ from tsctl.trainer.rewards import sample_advantages
 from tsctl.trainer.rollout import sample_groups, servable_task
 from tsctl.trainer.rollout_shard import write_step_rollouts
 from tsctl.trainer.step_metrics import rollout_metrics
+from tsctl.trainer.stop_signals import Interrupted, StopSignals
 from tsctl.trainer.update import policy_update
 
 if TYPE_CHECKING:
@@ -109,8 +111,8 @@ def train(composed: Composed) -> RunDir:
     try:
         with arithmetic.threads_kept():
             run = _train(composed, world)
-    except BaseException:
-        ranks.stop(clean=False)
+    except BaseException as err:
+        ranks.stop(clean=isinstance(err, Interrupted))  # an interrupted job's ranks all stopped after the same step
         raise
     finally:
         console.quiet = quiet
@@ -126,7 +128,8 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
 
     cfg, tr = composed.cfg, composed.cfg.trainer
     located = locate_run(cfg, composed.node, "train")
-    resume_from = latest_checkpoint(located.checkpoints)
+    plan = plan_resume(located.path, tr.eval_every > 0)
+    resume_from = plan.start
     device = resolve_device(cfg.model.device)
     recorded = located.manifest().get("arithmetic") if cfg.resume else None
     arithmetic.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
@@ -148,7 +151,9 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
     else:
         torch.manual_seed(cfg.seed)
     if world.main:
-        run.truncate_metrics(start if resume_from else -1)
+        kept = plan.apply()  # the step logs as the resume leaves them; damaged lines set aside
+        if cfg.resume:
+            console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
         started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
         run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **started, **({"world_size": world.size} if world.distributed else {}))
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
@@ -156,8 +161,9 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
     try:
         if start == 0 and tr.eval_every:
             _log(sink, {"step": 0, **heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, 0)})
-        with make_progress() as progress:
+        with make_progress() as progress, StopSignals(tr.steps, tr.checkpoint_on_signal) as signals:
             bar = progress.add_task("train", total=tr.steps, completed=start, status="")
+            saved = start
             for step in range(start, tr.steps):
                 t_seeds = time.perf_counter()
                 if ctx.seeds is not None:
@@ -177,12 +183,17 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
                 # A window's first step is checkpointed too: its seeds can be written again from it.
                 if done % tr.save_every == 0 or done == tr.steps or (ctx.seeds is not None and ctx.seeds.opens_window(done)):
                     checkpoint(ctx, tokenizer, run.checkpoints, done)
+                    saved = done
                 progress.update(bar, advance=1, status=_status(record))
+                signals.check(done, saved, lambda: checkpoint(ctx, tokenizer, run.checkpoints, done))
     except BaseException as err:
         details = err.manifest_fields() if isinstance(err, NonFiniteError) else {}
         if world.main:
             with contextlib.suppress(OSError):  # a full disk may refuse the manifest too
-                run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
+                if isinstance(err, Interrupted):
+                    run.set_status("interrupted", **err.manifest_fields())
+                else:
+                    run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
         run.close()
         raise
     finally:
@@ -255,6 +266,7 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
     t0 = time.perf_counter()
     samples = sample_groups(step, ctx)
     timings["time/generate"] = time.perf_counter() - t0
+    faults.hit("step-sampled")
 
     advantages = sample_advantages(samples, cfg)
     attribution = ctx.seeds.observe(step, samples, advantages) if ctx.seeds is not None else {}

@@ -75,3 +75,7 @@ class ReportConfig:
     several keys separated by spaces); null = the first value of the first swept key."""
     level: float = 0.95
     """Confidence level of every interval in the report."""
+    equivalence_margin: Optional[float] = None
+    """Margin of the equivalence test (TOST over seeds, Holm-adjusted) of each held-out comparison, in the held-out
+    metrics' units (a fraction of problems, e.g. 0.02); a comparison is called ``equivalent within ±margin`` only
+    when it passes. null = no equivalence test, and no comparison is called equivalent."""

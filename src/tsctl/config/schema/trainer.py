@@ -70,6 +70,11 @@ class TrainerConfig:
     keep_checkpoints: int = 2
     """Newest checkpoints kept on disk (0 keeps all). The checkpoint that opened the current seed
     window is also kept until the window closes."""
+    checkpoint_on_signal: bool = True
+    """On SIGTERM (Slurm's preemption, ``timeout``) or SIGINT (Ctrl-C) the run finishes its current
+    step, then stops with status ``interrupted`` and exit code 128 + the signal's number; with this on
+    it first saves a checkpoint of that step where the newest is older, so a resume loses nothing. Off,
+    the resume starts from the last regular checkpoint (see :mod:`tsctl.trainer.stop_signals`)."""
     eval_every: int = 25
     """Steps between held-out evaluations (and at start and end); 0 disables."""
     eval_problems: int = 1000

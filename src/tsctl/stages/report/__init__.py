@@ -12,6 +12,8 @@ point also gets the method's four claims assessed (:mod:`~tsctl.stages.report.cl
 
 Rooms: :mod:`~tsctl.stages.report.points` reads run folders and groups them into points,
 :mod:`~tsctl.stages.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stages.report.stats`),
+Holm-adjusted within each family (:mod:`~tsctl.stages.report.families`), with the minimum detectable effect of each
+(:mod:`~tsctl.stages.report.power`) and their verdicts and bounds put into words by :mod:`~tsctl.stages.report.wording`;
 :mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` and
 :mod:`~tsctl.stages.report.attribution_plots` draw the figures with :mod:`~tsctl.stages.report.figures`,
 :mod:`~tsctl.stages.report.attribution` writes where the gain came from, :mod:`~tsctl.stages.report.claims`
@@ -52,13 +54,16 @@ NONFINITE, MIXED_CODE, MIXED_MODELS, MIXED_ARITHMETIC = (
 """Kinds of warning a report gives (console and ``summary.md``)."""
 
 
-def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level: float = LEVEL) -> Path:
+def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level: float = LEVEL,
+           equivalence_margin: Optional[float] = None) -> Path:
     """Write the summary (Markdown, CSV), the paired comparisons and the plots of the sweep or run at ``path``; return the output folder.
 
     Args:
         baseline: the setting every other point is compared with, e.g. ``"ratio=0"``; None takes the
             first value of the first swept key.
         level: confidence level of every interval.
+        equivalence_margin: the margin, in the held-out metrics' units, of the equivalence test of each held-out
+            comparison; None: no comparison is called equivalent.
 
     Raises:
         FileNotFoundError: ``path`` holds no run.
@@ -80,7 +85,7 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     if baseline and not any(all(p.settings.get(k) == v for k, v in chosen.items()) for p in points):
         labels = ", ".join(p.label for p in points)
         raise ConfigError("report.baseline", f"{baseline!r} matches no point of {path}; the points are: {labels}")
-    rows = compare(summary, chosen) if chosen and not single else []
+    rows = compare(summary, chosen, equivalence_margin) if chosen and not single else []
     named = " ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ""
     images = draw_all(points, out) + draw_attribution(points, out)
     attribution = attribution_rows(points, level)
@@ -92,7 +97,7 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
     notes = "".join(f"\n**Warning: {kind}.** {line}\n" for kind, line in warnings)
     assessed = assess(points, summary, rows if chosen == {"ratio": "0"} else None) if not single and is_ratio_sweep(points) else []
     claims = claims_section(assessed) if assessed else ""
-    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images) + claims + markdown_section(attribution, level) + notes)
+    atomic.write_text(out / "summary.md", markdown(summary, rows, named, title, images, equivalence_margin) + claims + markdown_section(attribution, level) + notes)
     if attribution:
         atomic.write_text(out / "attribution.csv", attribution_csv(attribution))
     atomic.write_text(out / "summary.csv", csv_text(summary))

@@ -3,12 +3,17 @@
 A sweep whose only swept key is ``ratio``, with a ``ratio=0`` point and at least one seeded point, is a
 *ratio sweep*; ``tsctl report`` then adds a section saying, claim by claim, what its completed runs
 support. Each claim lists its paired comparisons (:class:`Finding`: by seed; held-out metrics also by
-problem, from :func:`~tsctl.stages.report.compare.compare` against ``ratio=0``), every one with its
-interval and verdict, and sums up their verdicts (:func:`claim_status`):
+problem, from :func:`~tsctl.stages.report.compare.compare` against ``ratio=0``). A claim's comparisons are
+one family (:mod:`~tsctl.stages.report.families`): their p-values are Holm-adjusted together, and each line
+gives the interval, the raw and adjusted p, the verdict from the adjusted p, what the interval rules out and
+the minimum detectable effect of the paired t-test over seeds (:mod:`~tsctl.stages.report.wording`,
+:mod:`~tsctl.stages.report.power`). :func:`claim_status` sums up the verdicts:
 
-(i) under plain on-policy training (``ratio=0``) entropy falls along the response position (the last
-    position bin against the first, over the last 10% of steps) and over training (last 10% of steps
-    against the first 10%): verdict ``lower``;
+(i) under plain on-policy training (``ratio=0``) entropy falls over training, and along the response
+    position, more so as training goes on. Measured: over training (last 10% of steps against the first
+    10%); along the position (the last position bin against the first) in the first 10% of steps, which
+    says what is there from the start, and in the last 10%; and whether that drop deepens over training
+    (the last-minus-first-bin gap, last 10% of steps against the first 10%): verdict ``lower`` for each;
 (ii) prefix tokens are clipped far more often than suffix tokens (per seeded point, the share of
      each source's tokens clipped over all steps): ``higher``;
 (iii) every ratio > 0 beats ratio 0 on held-out greedy accuracy and pass@k: ``better``;
@@ -18,14 +23,18 @@ interval and verdict, and sums up their verdicts (:func:`claim_status`):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 from tsctl.stages.report.compare import Row, Summary, compare
-from tsctl.stages.report.points import Point, Run, final_values, mean_of, tail
-from tsctl.stages.report.stats import paired_difference, verdict
+from tsctl.stages.report.families import holm
+from tsctl.stages.report.points import Point, Run, final_values, higher_is_better, mean_of, tail
+from tsctl.stages.report.power import min_detectable_effect
+from tsctl.stages.report.stats import Comparison, paired_difference
+from tsctl.stages.report.wording import decide, rules_out
 
 BASELINE = "ratio=0"
 """The label of plain DAPO's point, which every claim is about or compares with."""
@@ -33,11 +42,34 @@ BASELINE = "ratio=0"
 
 @dataclass(frozen=True)
 class Finding:
-    """One comparison of a claim: its line of text (the verdict in bold when there is one) and its
-    verdict, None while too few runs have finished for an interval."""
+    """One comparison of a claim, before its family's Holm adjustment.
 
-    text: str
-    verdict: Optional[str] = None
+    Attributes:
+        lead: what is compared, with both means (or why there is no interval yet).
+        comparison: the paired comparison; None while too few runs have finished for an interval.
+        how: which test (``n=5``, ``problems x seeds``).
+        higher_is_better: the metric's better direction, None when it has none.
+        mde: the minimum detectable effect at 80% power of the paired t-test over seeds.
+        spec: the format of the numbers, in the metric's units.
+    """
+
+    lead: str
+    comparison: Optional[Comparison] = None
+    how: str = ""
+    higher_is_better: Optional[bool] = None
+    mde: float = math.nan
+    spec: str = ".4g"
+
+    def written(self, p_holm: float, level: float) -> tuple[str, Optional[str]]:
+        """The finding's line (the verdict in bold) and its verdict, None without an interval."""
+        c = self.comparison
+        if c is None:
+            return self.lead, None
+        said = decide(c.diff.mean, p_holm, 1 - level, self.higher_is_better)
+        n = self.spec
+        bounds = rules_out(c.diff.low, c.diff.high, self.higher_is_better, n)
+        return (f"{self.lead}; difference {c.diff.mean:+{n}} [{level:.0%} CI {c.diff.low:+{n}}, {c.diff.high:+{n}}] ({self.how}), "
+                f"p={c.p_value:.3g}, Holm p={p_holm:.3g}: **{said}**; {bounds}; MDE {self.mde:{n}} (80% power, paired t over seeds)."), said
 
 
 @dataclass(frozen=True)
@@ -50,9 +82,9 @@ class Claim:
     comparisons: Callable[[dict[str, Point], list[Row], float], list[Finding]]
 
 
-def _end_entropy(run: Run, key: str) -> Optional[float]:
-    """Mean of ``key`` over the run's last 10% of training steps, None when no step logged it."""
-    return mean_of(tail(run.train_records), key)
+def _end_entropy(run: Run, key: str, last: bool = True) -> Optional[float]:
+    """Mean of ``key`` over the run's last (or first) 10% of training steps, None when no step logged it."""
+    return mean_of(tail(run.train_records, last=last), key)
 
 
 def _position_bins(run: Run) -> list[str]:
@@ -62,34 +94,38 @@ def _position_bins(run: Run) -> list[str]:
 
 
 def paired_finding(what: str, a: list[float], b: list[float], unit: str, level: float) -> Finding:
-    """``what``: mean of a vs mean of b, the paired difference with its interval at ``level`` and
-    p-value, and the verdict (``higher``/``lower``/``not distinguishable``)."""
+    """``what``: mean of a vs mean of b in ``unit``, with their paired difference over seeds at ``level``."""
     if len(a) < 2:
         return Finding(f"{what}: {len(a)} finished run(s), too few for an interval.")
     c = paired_difference(a, b, level)
-    said = verdict(c, None)
-    return Finding(f"{what}: {np.mean(a):.4g} vs {np.mean(b):.4g} {unit} (n={len(a)}); difference {c.diff.mean:+.4g} "
-                   f"[{level:.0%} CI {c.diff.low:+.4g}, {c.diff.high:+.4g}], p={c.p_value:.3g}: **{said}**.", said)
+    mde = min_detectable_effect(c.diff.std, c.diff.n, 1 - level)
+    return Finding(f"{what}: {np.mean(a):.4g} vs {np.mean(b):.4g} {unit}", c, f"n={len(a)}", None, mde)
 
 
 def entropy_falls(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
-    """(i) Under plain on-policy training entropy falls along the position and over training."""
+    """(i) Entropy under plain on-policy training: over training, and along the position at the start and
+    at the end of training, and the change of that drop over training."""
     base = points.get(BASELINE)
     if base is None or not base.used:
         return [Finding(f"no finished {BASELINE} run yet.")]
-    lines = []
     runs = base.used
-    bins = _position_bins(runs[0])
-    if len(bins) >= 2:
-        first = [_end_entropy(r, f"entropy_by_pos/{bins[0]}") for r in runs]
-        last = [_end_entropy(r, f"entropy_by_pos/{bins[-1]}") for r in runs]
-        keep = [i for i in range(len(runs)) if first[i] is not None and last[i] is not None]
-        lines.append(paired_finding(f"along the position (last 10% of steps), tokens {bins[-1]} minus tokens {bins[0]}",
-                                 [last[i] for i in keep], [first[i] for i in keep], "nats/token", level))
     early = [float(np.mean([r["entropy"] for r in tail(run.train_records, last=False)])) for run in runs]
     late = [float(np.mean([r["entropy"] for r in tail(run.train_records)])) for run in runs]
-    lines.append(paired_finding("over training, last 10% of steps minus first 10%", late, early, "nats/token", level))
-    return lines
+    lines = [paired_finding("over training: entropy in the last 10% of steps minus the first 10%", late, early, "nats/token", level)]
+    bins = _position_bins(runs[0])
+    if len(bins) < 2:
+        return lines
+    first_bin, last_bin = f"entropy_by_pos/{bins[0]}", f"entropy_by_pos/{bins[-1]}"
+    cells = [(_end_entropy(r, first_bin, False), _end_entropy(r, last_bin, False), _end_entropy(r, first_bin), _end_entropy(r, last_bin)) for r in runs]
+    cells = [c for c in cells if None not in c]
+    along = f"tokens {bins[-1]} (reached only by responses longer than {bins[-1].split('-')[0].rstrip('+')} tokens) minus tokens {bins[0]}"
+    start_gap, end_gap = [c[1] - c[0] for c in cells], [c[3] - c[2] for c in cells]
+    return lines + [
+        paired_finding(f"along the position, already in the first 10% of steps: {along}", [c[1] for c in cells], [c[0] for c in cells], "nats/token", level),
+        paired_finding(f"along the position, last 10% of steps: {along}", [c[3] for c in cells], [c[2] for c in cells], "nats/token", level),
+        paired_finding("the drop along the position over training (lower: it deepens, higher: it narrows): that difference in the last "
+                       "10% of steps minus in the first 10%", end_gap, start_gap, "nats/token", level),
+    ]
 
 
 def prefix_clipped(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
@@ -111,15 +147,14 @@ def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) ->
     """(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k."""
     lines = []
     for r in rows:
-        if r.metric == "greedy_accuracy" or r.metric.startswith("pass@"):
-            c = r.by_problem or r.by_seed
-            how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
+        if higher_is_better(r.metric):
+            c = r.decided
+            lead = f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}"
             if np.isnan(c.diff.low):
-                lines.append(Finding(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f} "
-                                     f"({len(r.seeds)} finished pair(s), too few for an interval)."))
+                lines.append(Finding(f"{lead} ({len(r.seeds)} finished pair(s), too few for an interval)."))
                 continue
-            lines.append(Finding(f"{r.point.label} vs {r.baseline.label}, {r.metric}: {r.setting_mean:.3f} vs {r.baseline_mean:.3f}, "
-                                 f"difference {c.diff.mean:+.3f} [{level:.0%} CI {c.diff.low:+.3f}, {c.diff.high:+.3f}] ({how}): **{r.verdict}**.", r.verdict))
+            how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
+            lines.append(Finding(lead, c, how, True, r.mde, ".3f"))
     return lines or [Finding("no paired comparison yet.")]
 
 
@@ -142,7 +177,8 @@ def seeded_entropy(points: dict[str, Point], rows: list[Row], level: float) -> l
 
 
 CLAIMS = [
-    Claim("(i) Entropy falls along the position and over training under plain on-policy training (ratio=0)", "lower", entropy_falls),
+    Claim("(i) Under plain on-policy training (ratio=0) entropy falls over training, and along the response position, "
+          "more so as training goes on", "lower", entropy_falls),
     Claim("(ii) Prefix tokens are clipped far more often than suffix tokens", "higher", prefix_clipped),
     Claim("(iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k", "better", ratio_beats_zero),
     Claim("(iv) Seeded runs keep a higher entropy", "higher", seeded_entropy),
@@ -179,7 +215,9 @@ def assess(points: list[Point], summary: Summary, rows: Optional[list[Row]] = No
     out = []
     for claim in CLAIMS:
         found = claim.comparisons(by_label, rows, summary.level)
-        out.append((claim, claim_status([f.verdict for f in found], claim.expected), [f.text for f in found]))
+        p_holm = holm([f.comparison.p_value if f.comparison else math.nan for f in found])
+        written = [f.written(p, summary.level) for f, p in zip(found, p_holm)]
+        out.append((claim, claim_status([said for _, said in written], claim.expected), [text for text, _ in written]))
     return out
 
 

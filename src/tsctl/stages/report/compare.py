@@ -10,12 +10,19 @@
   t-interval and the paired t-test's p-value. For held-out greedy accuracy and pass@k, when every
   paired run stored per-problem results of the same problems (``final_eval.json``'s
   ``per_problem``; pass@k per problem by the unbiased estimator), a paired bootstrap over problems
-  and seeds gives a second interval; the verdict then follows it.
+  and seeds gives a second interval and p-value, which then decide.
+- The comparisons of one table are one family (:mod:`~tsctl.stages.report.families`): the deciding
+  p-values are Holm-adjusted together and the verdict follows the adjusted p
+  (:func:`~tsctl.stages.report.wording.decide`). With an equivalence margin (``report.equivalence_margin``,
+  in the held-out metrics' units), each held-out metric's paired differences over seeds are also tested for
+  equivalence (TOST), Holm-adjusted the same way.
+- Every row carries the minimum detectable effect of the paired t-test over its seeds at 80% power
+  (:func:`~tsctl.stages.report.power.min_detectable_effect`, two-sided at 1 - the confidence level).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -24,7 +31,10 @@ from omegaconf import OmegaConf
 
 from tsctl.algo.passk import pass_at_k
 from tsctl.stages.report.points import Point, Run, final_values, higher_is_better, metric_order
-from tsctl.stages.report.stats import LEVEL, Comparison, Interval, mean_ci, paired_bootstrap, paired_difference, verdict
+from tsctl.stages.report.families import holm
+from tsctl.stages.report.power import min_detectable_effect
+from tsctl.stages.report.stats import LEVEL, Comparison, Interval, equivalence_p, mean_ci, paired_bootstrap, paired_difference
+from tsctl.stages.report.wording import decide
 
 BOOTSTRAP_RESAMPLES = 10000
 """Draws of the per-problem paired bootstrap."""
@@ -59,8 +69,14 @@ class Row:
         seeds: the seeds paired (present and completed in both points).
         by_seed: the paired t comparison over those seeds.
         by_problem: the per-problem paired bootstrap, when both points stored per-problem results.
-        verdict: better / worse / not distinguishable (higher / lower for metrics without a direction),
-            from ``by_problem`` when there is one, else from ``by_seed``.
+        p_holm: the deciding p-value (``by_problem``'s when there is one, else ``by_seed``'s), Holm-adjusted
+            within the table's family.
+        mde: the minimum detectable effect at 80% power of the paired t-test over ``seeds``.
+        p_equivalence, p_equivalence_holm: the TOST p-value over seeds against ``margin``, raw and Holm-adjusted;
+            None without a margin.
+        margin: the equivalence margin, None when none was given or the metric has no better direction.
+        verdict: better / worse / not distinguishable (higher / lower for metrics without a direction;
+            ``equivalent within ±margin`` when the equivalence test passes), from ``p_holm``.
     """
 
     point: Point
@@ -71,7 +87,17 @@ class Row:
     baseline_mean: float
     by_seed: Comparison
     by_problem: Optional[Comparison]
-    verdict: str
+    mde: float
+    p_holm: float = float("nan")
+    p_equivalence: Optional[float] = None
+    p_equivalence_holm: Optional[float] = None
+    margin: Optional[float] = None
+    verdict: str = ""
+
+    @property
+    def decided(self) -> Comparison:
+        """The comparison whose interval and p-value decide: by problem when there is one, else by seed."""
+        return self.by_problem or self.by_seed
 
 
 def parse_baseline(text: str) -> dict[str, str]:
@@ -117,8 +143,9 @@ def baseline_of(point: Point, points: list[Point], baseline: dict[str, str]) -> 
     return next((p for p in points if p.settings == wanted), None)
 
 
-def compare(summary: Summary, baseline: dict[str, str]) -> list[Row]:
-    """Every metric of every non-baseline point against its baseline point (see the module docstring)."""
+def compare(summary: Summary, baseline: dict[str, str], margin: Optional[float] = None) -> list[Row]:
+    """Every metric of every non-baseline point against its baseline point, one Holm family, with an
+    equivalence test of the held-out metrics against ``margin`` when given (see the module docstring)."""
     rows = []
     for point in summary.points:
         base = baseline_of(point, summary.points, baseline)
@@ -138,9 +165,24 @@ def compare(summary: Summary, baseline: dict[str, str]) -> list[Row]:
             b = [base_values[s][metric] for s in paired]
             by_seed = paired_difference(a, b, summary.level)
             by_problem = _per_problem(metric, [mine[s] for s in paired], [theirs[s] for s in paired], summary.level)
-            decided = by_problem or by_seed
-            rows.append(Row(point, base, metric, paired, float(np.mean(a)), float(np.mean(b)), by_seed, by_problem, verdict(decided, higher_is_better(metric))))
-    return rows
+            mde = min_detectable_effect(by_seed.diff.std, by_seed.diff.n, 1 - summary.level)
+            tested = margin if margin is not None and higher_is_better(metric) is not None else None
+            equivalence = equivalence_p(a, b, tested) if tested is not None else None
+            rows.append(Row(point, base, metric, paired, float(np.mean(a)), float(np.mean(b)), by_seed, by_problem, mde,
+                            p_equivalence=equivalence, margin=tested))
+    return adjusted(rows, 1 - summary.level)
+
+
+def adjusted(rows: list[Row], alpha: float) -> list[Row]:
+    """``rows`` as one family: their deciding and equivalence p-values Holm-adjusted, and their verdicts."""
+    p_holm = holm([r.decided.p_value for r in rows])
+    tested = [i for i, r in enumerate(rows) if r.p_equivalence is not None]
+    equal_holm = dict(zip(tested, holm([rows[i].p_equivalence for i in tested])))
+    out = []
+    for i, (r, p) in enumerate(zip(rows, p_holm)):
+        said = decide(r.decided.diff.mean, p, alpha, higher_is_better(r.metric), equal_holm.get(i), r.margin)
+        out.append(replace(r, p_holm=p, p_equivalence_holm=equal_holm.get(i), verdict=said))
+    return out
 
 
 def _by_seed(runs: list[Run]) -> dict[str, Run]:

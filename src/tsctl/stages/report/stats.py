@@ -11,8 +11,12 @@ Every RL result here is a handful of seeds per setting, so each number comes wit
   both settings and every seed, resample problems (and seeds) with replacement and take the
   percentile interval of the mean difference; the p-value is the two-sided bootstrap tail
   ``min(1, 2 * min(P(d* <= 0), P(d* >= 0)))``.
+- :func:`equivalence_p`: the equivalence test (TOST) of paired differences over seeds against a margin
+  ``m``: two one-sided paired t-tests, of ``mean <= -m`` and of ``mean >= m``; its p-value is the larger of
+  the two, below alpha exactly when the ``1 - 2 alpha`` t-interval lies inside ``(-m, m)``.
 - :func:`verdict`: ``better`` / ``worse`` when the interval excludes 0 (in the direction where
-  higher is better), else ``not distinguishable``.
+  higher is better), else ``not distinguishable``. A report's verdicts come from Holm-adjusted p-values
+  instead (:func:`~tsctl.stages.report.wording.decide`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
+from tsctl.stages.report.wording import BETTER, HIGHER, LOWER, SAME, WORSE
+
 LEVEL = 0.95
 """Default confidence level of every interval."""
-
-BETTER, WORSE, SAME = "better", "worse", "not distinguishable"
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,28 @@ def paired_difference(setting: Sequence[float], baseline: Sequence[float], level
     return Comparison(interval, p, "paired t")
 
 
+def equivalence_p(setting: Sequence[float], baseline: Sequence[float], margin: float) -> float:
+    """p-value of the paired equivalence test (TOST, module docstring) of ``setting - baseline`` over seeds
+    against ``margin`` > 0. NaN with fewer than two pairs; with identical differences 0 when their value lies
+    inside ``(-margin, margin)``, else 1.
+
+    Raises:
+        ValueError: the sequences differ in length, or ``margin`` is not positive.
+    """
+    if not margin > 0:
+        raise ValueError(f"the equivalence margin must be positive; got {margin}")
+    d = np.asarray(setting, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
+    if d.size < 2:
+        return math.nan
+    mean, std = float(d.mean()), float(d.std(ddof=1))
+    if std == 0:
+        return 0.0 if abs(mean) < margin else 1.0
+    se, df = std / math.sqrt(d.size), d.size - 1
+    above_low = float(scipy_stats.t.sf((mean + margin) / se, df))  # H0: mean <= -margin
+    below_high = float(scipy_stats.t.cdf((mean - margin) / se, df))  # H0: mean >= margin
+    return max(above_low, below_high)
+
+
 def paired_bootstrap(
     setting: np.ndarray, baseline: np.ndarray, level: float = LEVEL, resamples: int = 10000, seed: int = 0
 ) -> Comparison:
@@ -169,7 +195,7 @@ def verdict(comparison: Comparison, higher_is_better: Optional[bool] = True) -> 
         return SAME
     up = d.low > 0
     if higher_is_better is None:
-        return "higher" if up else "lower"
+        return HIGHER if up else LOWER
     return BETTER if up == higher_is_better else WORSE
 
 

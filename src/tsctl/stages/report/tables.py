@@ -9,8 +9,9 @@ from pathlib import Path
 
 from tsctl.stages.report.claims import Assessed
 from tsctl.stages.report.compare import Row, Summary
-from tsctl.stages.report.points import TAIL, Point, header
+from tsctl.stages.report.points import TAIL, Point, header, higher_is_better
 from tsctl.stages.report.stats import Interval
+from tsctl.stages.report.wording import rules_out
 
 
 def fmt(cell: Interval | None) -> str:
@@ -51,7 +52,7 @@ def _p(p: float) -> str:
 def comparison_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Header and formatted rows of the paired comparisons."""
     head = ["point", "vs baseline", "metric", "seeds", "point mean", "baseline mean", "diff (by seed)", "CI (by seed)",
-            "p (paired t)", "diff (by problem)", "CI (by problem)", "p (bootstrap)", "verdict"]
+            "p (paired t)", "diff (by problem)", "CI (by problem)", "p (bootstrap)", "p (Holm)", "verdict"]
     out = []
     for r in rows:
         b = r.by_problem
@@ -59,8 +60,21 @@ def comparison_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             r.point.label, r.baseline.label, header(r.metric), str(len(r.seeds)), f"{r.setting_mean:.3f}", f"{r.baseline_mean:.3f}",
             _signed(r.by_seed.diff.mean), _interval(r.by_seed.diff.low, r.by_seed.diff.high), _p(r.by_seed.p_value),
             _signed(b.diff.mean) if b else "–", _interval(b.diff.low, b.diff.high) if b else "–", _p(b.p_value) if b else "–",
-            r.verdict,
+            _p(r.p_holm), r.verdict,
         ])
+    return head, out
+
+
+def bounds_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted rows of what each comparison rules out: the deciding interval, the verdict, the
+    bounds it puts on gains and losses, and the minimum detectable effect of the design."""
+    head = ["point", "metric", "CI (deciding)", "verdict", "bounds (from the CI)", "MDE (80% power, by seed)"]
+    out = []
+    for r in rows:
+        c = r.decided
+        method = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
+        out.append([r.point.label, header(r.metric), f"{_interval(c.diff.low, c.diff.high)} ({method})", r.verdict,
+                    rules_out(c.diff.low, c.diff.high, higher_is_better(r.metric)), "–" if math.isnan(r.mde) else f"{r.mde:.3f}"])
     return head, out
 
 
@@ -80,10 +94,26 @@ COMPARISON_NOTES = (
     "Each point against its baseline, paired by seed: the mean difference (point - baseline), its {level} t-interval "
     "and the paired t-test's p-value. By problem: a paired bootstrap over held-out problems and seeds "
     "({resamples} draws, percentile interval) where every paired run stored per-problem results (pass@k of a "
-    "problem by the unbiased estimator over its samples). The verdict is "
-    "`better`/`worse` when the interval (by problem when there is one, else by seed) excludes 0, otherwise `not "
-    "distinguishable`; entropy and clip shares have no better direction and say `higher`/`lower`."
+    "problem by the unbiased estimator over its samples). The deciding p-value (by problem when there is one, else "
+    "by seed) is Holm-adjusted over every comparison of the table (one family); the verdict is `better`/`worse` "
+    "when the adjusted p is below {alpha}, otherwise `not distinguishable`; entropy and clip shares have no better "
+    "direction and say `higher`/`lower`. The intervals are per comparison, not adjusted. \"Rules out\" reads the "
+    "deciding interval's ends in the metric's units; the MDE is the difference the paired t-test over these seeds "
+    "would detect with 80% power (two-sided, alpha {alpha}, noncentral t at the observed spread of the paired "
+    "differences)."
 )
+
+
+def comparison_notes(summary: Summary, margin: float | None = None) -> str:
+    """What the comparison tables say and how they were computed, with the equivalence margin when one was given."""
+    from tsctl.stages.report.compare import BOOTSTRAP_RESAMPLES
+
+    alpha = f"{1 - summary.level:.2g}"
+    text = COMPARISON_NOTES.format(level=f"{summary.level:.0%}", resamples=BOOTSTRAP_RESAMPLES, alpha=alpha)
+    if margin is None:
+        return text + " No equivalence margin was given (`report.equivalence_margin`), so no equivalence test was run."
+    return text + (f" Held-out metrics are also tested for equivalence within ±{margin:g} (TOST over seeds, Holm-adjusted "
+                   f"the same way): `equivalent within ±{margin:g}` when that adjusted p is below {alpha}.")
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -91,14 +121,13 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
 
 
-def markdown(summary: Summary, comparisons: list[Row], baseline: str, title: str, images: list[Path]) -> str:
-    """The report as Markdown: summary, notes, comparisons, failures and the plots."""
-    from tsctl.stages.report.compare import BOOTSTRAP_RESAMPLES
-
+def markdown(summary: Summary, comparisons: list[Row], baseline: str, title: str, images: list[Path], margin: float | None = None) -> str:
+    """The report as Markdown: summary, notes, comparisons with what they rule out, failures and the plots."""
     lines = [f"# {title}", "", *_md_table(*table_rows(summary)), "", notes(summary), ""]
     if comparisons:
         lines += [f"## Paired comparisons against {baseline}", "", *_md_table(*comparison_rows(comparisons)), ""]
-        lines += [COMPARISON_NOTES.format(level=f"{summary.level:.0%}", resamples=BOOTSTRAP_RESAMPLES), ""]
+        lines += ["What each comparison rules out:", "", *_md_table(*bounds_rows(comparisons)), ""]
+        lines += [comparison_notes(summary, margin), ""]
     failed = failures_text(summary.points)
     if failed:
         lines += ["## Failed or unfinished runs", "", *(f"- {line}" for line in failed), ""]
@@ -133,12 +162,15 @@ def comparisons_csv(rows: list[Row]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(["point", "baseline", "metric", "seeds", "point_mean", "baseline_mean", "diff_by_seed", "ci_low_by_seed",
-                     "ci_high_by_seed", "p_paired_t", "diff_by_problem", "ci_low_by_problem", "ci_high_by_problem", "p_bootstrap", "verdict"])
+                     "ci_high_by_seed", "p_paired_t", "diff_by_problem", "ci_low_by_problem", "ci_high_by_problem", "p_bootstrap",
+                     "p_holm", "mde_80_by_seed", "p_equivalence", "p_equivalence_holm", "verdict"])
     for r in rows:
         s, b = r.by_seed, r.by_problem
         by_problem = [_number(x) for x in (b.diff.mean, b.diff.low, b.diff.high, b.p_value)] if b else ["", "", "", ""]
+        equivalence = [_number(x) for x in (r.p_equivalence, r.p_equivalence_holm)] if r.p_equivalence is not None else ["", ""]
         writer.writerow([r.point.label, r.baseline.label, r.metric, len(r.seeds), _number(r.setting_mean), _number(r.baseline_mean),
-                         *(_number(x) for x in (s.diff.mean, s.diff.low, s.diff.high, s.p_value)), *by_problem, r.verdict])
+                         *(_number(x) for x in (s.diff.mean, s.diff.low, s.diff.high, s.p_value)), *by_problem,
+                         _number(r.p_holm), _number(r.mde), *equivalence, r.verdict])
     return buffer.getvalue()
 
 
@@ -175,14 +207,22 @@ def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title:
         table.add_row(*row)
     console.print(table)
     if comparisons:
-        verdicts = Table(title=f"Paired against {baseline} (point - baseline)", title_justify="left")
-        for name in ("point", "metric", "diff", f"{summary.level:.0%} CI", "p", "verdict"):
+        verdicts = Table(title=f"Paired against {baseline} (point - baseline; p (Holm) over the whole table decides)", title_justify="left")
+        for name in ("point", "metric", "diff", f"{summary.level:.0%} CI", "p", "p (Holm)", "verdict"):
             verdicts.add_column(name, overflow="fold")
         for r in comparisons:
-            c = r.by_problem or r.by_seed
+            c = r.decided
             method = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
-            verdicts.add_row(r.point.label, header(r.metric), _signed(c.diff.mean), f"{_interval(c.diff.low, c.diff.high)} ({method})", _p(c.p_value), r.verdict)
+            verdicts.add_row(r.point.label, header(r.metric), _signed(c.diff.mean), f"{_interval(c.diff.low, c.diff.high)} ({method})",
+                             _p(c.p_value), _p(r.p_holm), r.verdict)
         console.print(verdicts)
+        bounds = Table(title="What each interval rules out, and the smallest effect the seeds could detect", title_justify="left")
+        head, rows = bounds_rows(comparisons)
+        for name in (head[0], head[1], head[4], head[5]):
+            bounds.add_column(name, overflow="fold")
+        for row in rows:
+            bounds.add_row(row[0], row[1], row[4], row[5])
+        console.print(bounds)
     for line in failures_text(summary.points):
         console.print(f"[red]{line}[/red]", highlight=False)
     for kind, line in warnings:

@@ -1,0 +1,31 @@
+"""Families of comparisons and Holm's step-down correction within each.
+
+A *family* is the set of comparisons that one table or one claim makes against its baseline:
+
+- the paired-comparison table of a report (and of each section of the results page): every point and
+  every metric against the baseline, together (:func:`~tsctl.stages.report.compare.compare`);
+- each claim of a ratio sweep (:mod:`~tsctl.stages.report.claims`): that claim's comparisons, among
+  themselves (claim (iii)'s held-out comparisons are also in the table's family, and are adjusted there
+  apart).
+
+Holm's correction of ``m`` p-values: sort them, ``p_(1) <= ... <= p_(m)``; the adjusted value of the
+i-th is ``max_{j <= i} min(1, (m - j + 1) * p_(j))``. Rejecting where the adjusted p is below alpha keeps
+the chance of any false rejection in the family at most alpha, whatever the dependence between tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted ``p_values``, in their order; a NaN (an untestable comparison) stays NaN and does
+    not count in ``m``."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[i] = running
+    return adjusted
