@@ -151,6 +151,14 @@ def test_a_run_place_outside_runs_dir(setup, place, key):
     assert not (setup.root / "escape").exists() and not Path("/tmp/escape").exists()
 
 
+@pytest.mark.parametrize(
+    "extra, key, fix",
+    [(["seeds.pool_size=4"], "'seeds.pool_size'", "choose another seeds.selector"), (["algo.overlong_buffer=4"], "'algo.overlong_buffer'", "set algo.overlong=penalty")],
+)
+def test_a_setting_that_cannot_take_effect(setup, extra, key, fix):
+    fails_cleanly(setup, new_run(setup, *extra), key, "cannot take effect", fix)
+
+
 def test_model_path_that_is_a_file(setup):
     weights = setup.model / "model.safetensors"
     fails_cleanly(setup, new_run(setup, f"model.path={weights}"), f"model.path='{weights}' is a file", "folder that holds config.json")
@@ -174,6 +182,17 @@ def test_eval_of_a_run_without_checkpoints_names_eval_checkpoint(setup, tmp_path
     shutil.copytree(setup.run, run, ignore=shutil.ignore_patterns("checkpoints"))
     line = fails_cleanly(setup, ["eval", *setup.args, f"eval.checkpoint={run}"], "a run with no complete checkpoint yet", "resume=true", "eval.checkpoint=")
     assert "model.path" not in line
+
+
+def test_eval_of_a_run_under_another_task(setup):
+    args = [a if a != "task=arithmetic" else "task=countdown" for a in setup.args]
+    fails_cleanly(setup, ["eval", *args, f"eval.checkpoint={setup.run}", "eval.step=1"], "'task'", "trained on task=arithmetic", "rerun with task=arithmetic")
+
+
+def test_traces_that_match_no_prompt(setup, tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(json.dumps({"prompt_id": "no-such-id", "response": "12"}) + "\n")
+    fails_cleanly(setup, new_run(setup, "seeds.source=traces", f"seeds.source_path={traces}"), "'seeds.source_path'", "no trace", "'no-such-id'", "problem id")
 
 
 def test_resume_with_a_changed_config_names_each_changed_key(setup):

@@ -19,6 +19,7 @@ from conftest import SHARED_DATA, tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TinyModelConfig
 from tsctl.evaluation import scores
+from tsctl.evaluation.run_task import refuse_other_task
 from tsctl.evaluation.scoring import Scored
 from tsctl.evaluation.suites import load_suites
 from tsctl.evaluation.targets import resolve_model, resolve_targets
@@ -33,7 +34,7 @@ from tsctl.tasks.records import DataError
 
 SMALL = ["eval.k=4", "eval.pass_k=[1,2,4]", "eval.limit=8"]
 RESULT_KEYS = {
-    "checkpoint", "checkpoint_path", "step", "benchmark", "problems", "skipped_rows", "too_long_prompts", "k", "greedy_accuracy",
+    "checkpoint", "checkpoint_path", "step", "benchmark", "task", "problems", "skipped_rows", "too_long_prompts", "k", "greedy_accuracy",
     "pass@1", "pass@2", "pass@4", "entropy", "mean_length", "truncation_rate", "sampling", "seconds",
 }
 
@@ -128,6 +129,19 @@ def test_checkpoints_are_chosen_by_step_and_results_placed_beside_them(micro: li
         resolve_model(cfg, str(run), "all", "shards", base_model_path)
 
 
+def test_a_run_is_scored_on_its_held_out_split_only_under_its_own_task(micro: list[str], tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    run = fake_run(tmp_path / "run", model, [1])
+    (run / "config.yaml").write_text("task:\n  name: countdown\n")
+    with pytest.raises(ConfigError, match=r"'task'.*trained on task=countdown.*task=arithmetic; rerun with task=countdown"):
+        evaluate(compose_config([*micro, *SMALL, f"eval.checkpoint={run}"]))
+    assert not (run / "eval").exists()
+    cfg = compose_config([*micro, "task=countdown", f"eval.checkpoint={run}"]).cfg
+    refuse_other_task(resolve_targets(cfg, base_model_path), load_suites(cfg), cfg)  # its own task is accepted
+
+
 @pytest.mark.slow
 def test_eval_of_the_warmup_model_writes_results_samples_and_a_table(micro: list[str], tmp_path: Path) -> None:
     proc = tsctl("eval", *micro, *SMALL)
@@ -135,6 +149,7 @@ def test_eval_of_the_warmup_model_writes_results_samples_and_a_table(micro: list
     result = json.loads((out_dir / "heldout.json").read_text())
     assert set(result) == RESULT_KEYS
     assert result["problems"] == 8 and result["too_long_prompts"] == 0 and result["k"] == 4 and result["step"] is None
+    assert result["task"] == "arithmetic" and result["benchmark"] == "heldout"
     for key in ("greedy_accuracy", "pass@1", "pass@2", "pass@4", "truncation_rate"):
         assert 0 <= result[key] <= 1, key
     assert result["pass@1"] <= result["pass@2"] <= result["pass@4"]

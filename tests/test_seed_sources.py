@@ -181,3 +181,18 @@ def test_missing_traces_give_plain_samples_through_the_seed_table(policy, tmp_pa
     cfg = compose_config([*BASE, "seeds.source=traces", f"seeds.source_path={traces}"]).cfg
     seeds = seeds_from_table(TraceSource(cfg, fmt, task).columns(problems, 2, 0, [0, 0], 0))
     assert [bool(s.checkpoint) for s in seeds] == [True, True, False, False]  # SeedBank.for_step drops the last two
+
+
+def test_traces_that_match_no_prompt_are_refused_and_partial_cover_is_counted(policy, tmp_path):
+    _, _, fmt, task = policy
+    problems = list(task.problems("train"))[:4]
+    cfg = lambda traces: compose_config([*BASE, "seeds.source=traces", f"seeds.source_path={traces}"]).cfg
+    none = write_traces(tmp_path / "none.jsonl", [{"prompt_id": "no-such-id", "response": "12"}, {"question": "1+1=?", "response": "2"}])
+    with pytest.raises(ConfigError, match=r"'seeds.source_path'.*no trace .* any of the 4 train prompts .*'no-such-id'"):
+        TraceSource(cfg(none), fmt, task).coverage(problems)
+    some = write_traces(tmp_path / "some.jsonl", [{"prompt_id": problems[0].id, "response": "12"}, {"question": problems[2].question, "response": "3"}])
+    assert TraceSource(cfg(some), fmt, task).coverage(problems) == (
+        "seeds.source_path: traces cover 2 of the 4 train prompts; the other 2 get no seeds (their samples are plain)"
+    )
+    every = write_traces(tmp_path / "all.jsonl", [{"prompt_id": p.id, "response": "1"} for p in problems])
+    assert TraceSource(cfg(every), fmt, task).coverage(problems) is None

@@ -99,13 +99,14 @@ def quote_baseline(overrides: list[str]) -> list[str]:
     ]
 
 
-def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object]) -> None:
-    """Compose the config, print it if asked, else run ``stage``; user errors exit 2 with one line."""
+def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object], idle: bool = True) -> None:
+    """Compose the config, print it if asked, else run ``stage``; user errors exit 2 with one line. ``idle``
+    refuses settings that cannot take effect (:mod:`tsctl.config.idle`; a sweep checks all its points instead)."""
 
     def action() -> None:
         from tsctl.stages.compose import compose_config  # the packages' registries: imported only to run a command
 
-        composed = compose_config(quote_baseline(overrides or []))
+        composed = compose_config(quote_baseline(overrides or []), idle=idle)
         if cfg_flag:
             if cfg_flag != "job":
                 raise ConfigError("--cfg", f"unknown value {cfg_flag!r}; use --cfg job")
@@ -204,7 +205,7 @@ def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
 
     from tsctl.stages.ablate import first_point
 
-    _run(first_point(overrides or []), cfg, stage)
+    _run(first_point(overrides or []), cfg, stage, idle=False)
 
 
 REPORT_EXAMPLES = """

@@ -30,6 +30,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import current
 from tsctl.engines.base import Engine
 from tsctl.engines.factory import build_engine
+from tsctl.io.progress import console
 from tsctl.models.loading import load_model
 from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
@@ -40,7 +41,7 @@ from tsctl.seeds.base import arm_of
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.pool import SNAPSHOT_FILE, BehaviourPool, Snapshot, probe_problems, probe_surprisal
 from tsctl.seeds.selectors import ArmStats, select
-from tsctl.seeds.sources import external_source
+from tsctl.seeds.sources import TraceSource, external_source
 from tsctl.tasks.base import Problem, Task
 
 
@@ -54,6 +55,9 @@ class WindowWriter:
         self.log = ArmLog(folder / "pool" / "arms.jsonl") if self.pool is not None and s.selector == "bandit" else None
         self.probes = probe_problems(problems, s.probe_prompts, cfg.seed) if self.pool is not None and s.selector == "max_entropy" else None
         self.external = external_source(cfg, formatter, task)
+        note = self.external.coverage(problems) if isinstance(self.external, TraceSource) else None
+        if note is not None and current().main:
+            console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
         self.splits = self.external is None and self.pool is None
         """Whether a window's prompts may be split among ranks (the live weights write every seed)."""
 

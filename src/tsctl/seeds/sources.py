@@ -14,10 +14,11 @@ text and a ``prompt_id`` (the task's problem id) or a ``question`` (the exact qu
 trace is encoded with the policy's tokenizer, EOS appended, and cut to ``engine.max_new_tokens``
 tokens (unfinished when cut). Slot ``j`` of a prompt served at step ``s`` takes that prompt's trace
 ``(s * k + j) mod m`` (``m`` traces, ``k`` seeds per prompt: the traces rotate over the run); a
-prompt without a trace gets no seeds (its samples are plain). pi_b of a trace is unknown: the
-shard stores NaN log-probs and entropies, and ``seeds.trace_logprobs`` decides the ratio of its
-prefix tokens (:mod:`tsctl.seeds.unknown_logprobs`). ``truncation=entropy`` needs pi_b's entropies
-and is refused with traces.
+prompt without a trace gets no seeds (its samples are plain); before training, a file that covers
+no train prompt is refused and one that covers only some says how many (:meth:`TraceSource.coverage`).
+pi_b of a trace is unknown: the shard stores NaN log-probs and entropies, and
+``seeds.trace_logprobs`` decides the ratio of its prefix tokens (:mod:`tsctl.seeds.unknown_logprobs`).
+``truncation=entropy`` needs pi_b's entropies and is refused with traces.
 
 Both write the seed shard's columns; ``checkpoint`` says where a seed came from (``model:<path>``,
 ``traces:<path>``, read by :func:`tsctl.seeds.attribution.source_of`) and ``checkpoint_step`` is the
@@ -108,6 +109,23 @@ class TraceSource:
     def traces(self, problem: Problem) -> list[tuple[list[int], bool]]:
         """The traces of ``problem``, by id first, else by question text."""
         return self.by_id.get(problem.id) or self.by_question.get(problem.question.strip(), [])
+
+    def coverage(self, problems: Sequence[Problem]) -> str | None:
+        """How many of ``problems`` (the train prompts) have a trace: None for all, a one-line note for some.
+
+        Raises:
+            ConfigError: no problem has a trace (the run would be plain DAPO).
+        """
+        covered = sum(bool(self.traces(p)) for p in problems)
+        if covered == 0:
+            example = f"prompt_id {next(iter(self.by_id))!r} is none of the task's ids (such as {problems[0].id!r})" if self.by_id and problems else "no question matches"
+            raise ConfigError(
+                "seeds.source_path", f"no trace in {self.where} belongs to any of the {len(problems)} train prompts ({example}), so no sample "
+                "would be seeded; write each trace's 'prompt_id' as the task's problem id or its 'question' as the exact question text"
+            )
+        if covered < len(problems):
+            return f"seeds.source_path: traces cover {covered} of the {len(problems)} train prompts; the other {len(problems) - covered} get no seeds (their samples are plain)"
+        return None
 
     def columns(self, problems: Sequence[Problem], k: int, first: int, serve_steps: Sequence[int], sample_seed: int) -> dict[str, list]:
         """``k`` trace seeds per problem (rows of a problem without traces are empty, ``checkpoint`` "")."""

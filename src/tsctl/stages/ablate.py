@@ -3,7 +3,8 @@
 Any Hydra sweep syntax over any keys works: ``tsctl ablate ratio=0,25,50 refresh=5,20 seed=1,2,3``
 (also ``range(...)``, ``glob(...)`` and group choices such as ``truncation=uniform,entropy``).
 A sweep of keys only Thinking Seeds reads (``truncation``, ``refresh``, ``seeds.*``) in which no point
-has ``ratio > 0`` is refused: its points would all be one plain DAPO run.
+has ``ratio > 0`` is refused: its points would all be one plain DAPO run. So is any setting that cannot
+take effect at any point (:mod:`tsctl.config.idle`; one that some point reads, as ``refresh=5`` in ``ratio=0,25``, is kept).
 Layout of one sweep::
 
     <runs_dir>/<experiment>/<sweep>/             sweep-<hash of the points>, or name=<sweep>
@@ -53,6 +54,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
+from tsctl.config.idle import idle_settings
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
@@ -138,6 +140,9 @@ def plan(overrides: list[str]) -> Sweep:
             idle[0], "is read by Thinking Seeds runs only (ratio > 0) and every point of this sweep has ratio=0, so its points "
             "would all be the same plain DAPO run; add ratio=25 (or sweep ratio as well)"
         )
+    idle_everywhere = set.intersection(*({e.key for e in idle_settings(c)} for c in configs))
+    if idle_everywhere:  # a setting idle at some points only (ratio=0,25 refresh=5) changes the others
+        raise next(e for e in idle_settings(configs[0]) if e.key in idle_everywhere)
     cfg = configs[0]
     name = cfg.name or sweep_name(points)
     path = Path(cfg.runs_dir).absolute() / cfg.experiment / name

@@ -14,6 +14,7 @@ from pathlib import Path
 from tsctl.algo.losses import AGGREGATIONS
 from tsctl.config.compose import Composed, compose_node
 from tsctl.config.errors import ConfigError
+from tsctl.config.idle import idle_settings
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.validate import one_of, validate
 from tsctl.distributed.world import from_env
@@ -30,19 +31,23 @@ from tsctl.tasks.records import ANSWER_RULES
 from tsctl.tasks.registry import TASKS
 
 
-def compose_config(overrides: list[str] | None = None) -> Composed:
-    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) and check it (:func:`check`).
+def compose_config(overrides: list[str] | None = None, idle: bool = False) -> Composed:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) and check it (:func:`check`; ``idle``
+    also refuses settings that cannot take effect).
 
     Raises:
         ConfigError: unknown key, wrong type, unknown option or name, or a value out of range.
     """
     composed = compose_node(overrides)
-    return Composed(node=composed.node, cfg=check(composed.cfg))
+    return Composed(node=composed.node, cfg=check(composed.cfg, idle))
 
 
-def check(cfg: TsctlConfig) -> TsctlConfig:
+def check(cfg: TsctlConfig, idle: bool = False) -> TsctlConfig:
     """Check the registered names of ``cfg``, then its ranges (:func:`~tsctl.config.validate.validate`),
-    then what needs a package's logic; return it unchanged or raise :class:`ConfigError`."""
+    then what needs a package's logic, then (with ``idle``, as a command's own config is) that no
+    setting is one that cannot take effect: :mod:`tsctl.config.idle` lists every key whose effect
+    depends on another key and what is refused (a sweep's points are checked together instead, by
+    :func:`tsctl.stages.ablate.plan`); return ``cfg`` unchanged or raise :class:`ConfigError`."""
     check_names(cfg)
     validate(cfg)
     if uses_seeds(cfg) and seeded_count(cfg) == 0:
@@ -58,6 +63,8 @@ def check(cfg: TsctlConfig) -> TsctlConfig:
             raise ConfigError("engine.tensor_parallel_size", str(err)) from None
     if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
+    if idle and (errors := idle_settings(cfg)):
+        raise errors[0]
     return cfg
 
 

@@ -12,10 +12,11 @@ problem with the ``engine`` settings (temperature, top_p, max_new_tokens; raise
 response. Results go to the checkpoint's folder (a run's ``<run>/eval/step-N/``, else
 ``<runs_dir>/<experiment>/eval/<model folder name>/``)::
 
-    <benchmark>.json            the result dict returned here: metrics, counts, sampling settings
+    <benchmark>.json            the result dict returned here: task, metrics, counts, sampling settings
     <benchmark>.parquet         every sampled and greedy response ("eval" shard, with .sha256 beside)
 
-Existing results are never replaced unless ``eval.overwrite=true``; every file is written atomically,
+A run's checkpoints are scored on ``heldout`` only under the run's own ``task``
+(:mod:`tsctl.evaluation.run_task`). Existing results are never replaced unless ``eval.overwrite=true``; every file is written atomically,
 the JSON last, so a JSON file always has its samples beside it.
 """
 
@@ -28,6 +29,7 @@ from typing import Any, Iterator, Sequence
 from tsctl.config.compose import Composed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.factory import Policy, load_policy
+from tsctl.evaluation.run_task import refuse_other_task
 from tsctl.evaluation.scores import score_suite
 from tsctl.evaluation.suites import Suite, fit_suites, load_suites
 from tsctl.evaluation.targets import Target, resolve_targets
@@ -50,6 +52,7 @@ def evaluate(composed: Composed) -> list[dict[str, Any]]:
     cfg = composed.cfg
     suites = load_suites(cfg)
     targets = resolve_targets(cfg, base_model_path)
+    refuse_other_task(targets, suites, cfg)
     refuse_existing(targets, suites, cfg.eval.overwrite)
     for suite in suites:
         if suite.skipped:
@@ -111,6 +114,7 @@ def evaluate_one(policy: Policy, target: Target, suite: Suite, cfg: TsctlConfig)
         "checkpoint_path": target.path,
         "step": target.step,
         "benchmark": suite.name,
+        "task": cfg.task.name,
         "problems": len(suite.problems),
         "skipped_rows": suite.skipped,
         "too_long_prompts": suite.too_long,
@@ -121,7 +125,7 @@ def evaluate_one(policy: Policy, target: Target, suite: Suite, cfg: TsctlConfig)
     }
     json_path, parquet_path = result_paths(target, suite.name)
     target.out_dir.mkdir(parents=True, exist_ok=True)
-    metadata = {"checkpoint": target.path, "benchmark": suite.name}
+    metadata = {"checkpoint": target.path, "benchmark": suite.name, "task": cfg.task.name}
     write_shard(parquet_path, "eval", samples, metadata, overwrite=cfg.eval.overwrite)
     atomic.write_json(json_path, result)
     return result

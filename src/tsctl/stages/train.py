@@ -66,6 +66,7 @@ from tsctl.evaluation.scoring import heldout_metrics
 from tsctl.io import arithmetic, faults
 from tsctl.io.progress import console, make_progress
 from tsctl.io.resume_plan import plan_resume
+from tsctl.io.world_segments import with_segment, world_change
 from tsctl.models.batch import pack
 from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
@@ -155,7 +156,10 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
         if cfg.resume:
             console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
         started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
-        run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **started, **({"world_size": world.size} if world.distributed else {}))
+        before = run.manifest() if cfg.resume else {}
+        if (note := world_change(before, start, world.size)) is not None:
+            console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **started, **with_segment(before, start, world.size))
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
     sink = MetricsSink(run, cfg.logger, composed.node) if world.main else None
     try:

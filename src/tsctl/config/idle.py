@@ -1,0 +1,123 @@
+"""Settings that cannot take effect: a key set away from its default while another key turns it off.
+
+Every key whose effect depends on another key, and the decision for each (a non-default value
+that is *refused* is one the user clearly expects to change the run; one *left* is harmless or
+set by a group or preset file on purpose):
+
+- ``ratio=0`` (no seeds; :func:`tsctl.seeds.base.uses_seeds`): ``truncation``, ``refresh``,
+  every ``seeds.*`` key and ``algo.prefix_clip_c`` are read only by Thinking Seeds: refused.
+- ``truncation``: ``seeds.fraction`` (``fixed``), ``seeds.lo``/``seeds.hi`` (``uniform``,
+  ``boundary``), ``seeds.entropy_window`` (``entropy``), ``seeds.schedule*`` (``schedule``):
+  each refused under another built-in strategy (a registered strategy of another package is
+  left: what it reads is its own). A strategy whose fraction is 0 at every step (``fixed`` at
+  ``seeds.fraction=0``, ``uniform``/``boundary`` at ``seeds.hi=0``, ``schedule`` from 0 to 0)
+  cuts every seed at 0 tokens: refused.
+- ``seeds.selector``: ``seeds.pool_size`` above 1 with ``latest`` (which saves no snapshot),
+  ``seeds.bandit``/``seeds.bandit_c`` without ``bandit``, ``seeds.probe_*`` without
+  ``max_entropy``: refused.
+- ``seeds.source``: ``seeds.source_path`` with ``self``, ``seeds.trace_logprobs`` without
+  ``traces``: refused.
+- ``algo.overlong``: ``algo.overlong_buffer``/``algo.overlong_penalty`` without ``penalty``: refused.
+- ``algo.dynamic_sampling``: ``algo.max_resample_rounds`` when off: refused.
+- ``algo.rollout_correction``: ``algo.rollout_correction_cap`` with ``none``: refused.
+- ``algo.kl_coef``: ``algo.ref_placement`` at 0 (no reference model is loaded): refused.
+- ``trainer.nonfinite``: ``trainer.max_nonfinite_skips`` with ``stop``: refused.
+- Left: the ``vllm``-only ``engine.*`` keys with ``engine=hf`` and ``model.tiny``/``model.warmup``
+  with another ``model.path`` (presets set them and a user may switch the engine or model on
+  top); ``task.<name>.*`` of another task (each task's group file sets its own); the
+  ``trainer.eval_*`` sizes with ``trainer.eval_every=0`` (the final evaluation and ``tsctl eval``
+  read them); ``trainer.checkpoint_on_signal`` (read on every signal).
+
+A sweep (``tsctl ablate``) refuses a key only when it is idle at every point
+(:func:`tsctl.stages.ablate.plan`): ``ratio=0,25 refresh=5`` is two runs that differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+from tsctl.config.schema.rl import AlgoConfig, SeedsConfig
+from tsctl.config.schema.trainer import TrainerConfig
+
+TRUNCATION_KEYS = {
+    "fixed": ("fraction",),
+    "uniform": ("lo", "hi"),
+    "boundary": ("lo", "hi"),
+    "entropy": ("entropy_window",),
+    "schedule": ("schedule", "schedule_start", "schedule_end"),
+}
+"""The ``seeds.*`` keys each built-in truncation strategy reads."""
+
+_SEEDS, _ALGO, _TRAINER, _TOP = SeedsConfig(), AlgoConfig(), TrainerConfig(), TsctlConfig()
+
+Idle = tuple[str, str, str]
+"""An idle key, why it cannot take effect, and the fix."""
+
+
+def _changed(section: Any, default: Any, key: str) -> bool:
+    return getattr(section, key) != getattr(default, key)
+
+
+def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
+    """One :class:`ConfigError` per key of ``cfg`` set away from its default that cannot take effect (see the module docstring)."""
+    found = (_without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg)) + _algo_and_trainer(cfg)
+    return [ConfigError(key, f"{_value(cfg, key)!r} cannot take effect: {why}; {fix}") for key, why, fix in found]
+
+
+def _value(cfg: TsctlConfig, key: str) -> Any:
+    """The value of the dotted ``key`` in ``cfg``."""
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _without_seeds(cfg: TsctlConfig) -> list[Idle]:
+    """``ratio=0``: every key only Thinking Seeds reads."""
+    keys = [k for k in ("truncation", "refresh") if _changed(cfg, _TOP, k)]
+    keys += [f"seeds.{f.name}" for f in fields(SeedsConfig) if _changed(cfg.seeds, _SEEDS, f.name)]
+    keys += ["algo.prefix_clip_c"] if _changed(cfg.algo, _ALGO, "prefix_clip_c") else []
+    return [(key, "it is read by Thinking Seeds runs only and ratio=0", "set ratio > 0 (e.g. ratio=25) or drop it") for key in keys]
+
+
+def _seeds(cfg: TsctlConfig) -> list[Idle]:
+    """``ratio > 0``: the ``seeds.*`` keys that the truncation, selector or source turn off."""
+    s, found = cfg.seeds, []
+    read = TRUNCATION_KEYS.get(cfg.truncation)
+    if read is not None:
+        for key in sorted({k for keys in TRUNCATION_KEYS.values() for k in keys} - set(read)):
+            if _changed(s, _SEEDS, key):
+                found.append((f"seeds.{key}", f"truncation={cfg.truncation} does not read it", "drop it or choose the truncation that does"))
+    largest = {"fixed": s.fraction, "uniform": s.hi, "boundary": s.hi, "schedule": max(s.schedule_start, s.schedule_end)}.get(cfg.truncation)
+    if largest == 0:
+        found.append(("truncation", "every seed would be cut at 0 tokens, so no sample continues a prefix", "raise its fraction (e.g. seeds.fraction=0.5, seeds.hi=0.8) or use ratio=0"))
+    if s.selector == "latest" and s.pool_size > 1:
+        found.append(("seeds.pool_size", "seeds.selector=latest uses only the current weights and keeps no pool", "choose another seeds.selector or drop it"))
+    for key, selector in (("bandit", "bandit"), ("bandit_c", "bandit"), ("probe_prompts", "max_entropy"), ("probe_samples", "max_entropy")):
+        if s.selector != selector and _changed(s, _SEEDS, key):
+            found.append((f"seeds.{key}", f"it is read only with seeds.selector={selector}", f"set seeds.selector={selector} or drop it"))
+    if s.source == "self" and s.source_path:
+        found.append(("seeds.source_path", "seeds.source=self writes seeds from the run's own snapshots", "set seeds.source=model or traces, or drop it"))
+    if s.source != "traces" and _changed(s, _SEEDS, "trace_logprobs"):
+        found.append(("seeds.trace_logprobs", "it is read only with seeds.source=traces", "set seeds.source=traces or drop it"))
+    return found
+
+
+def _algo_and_trainer(cfg: TsctlConfig) -> list[Idle]:
+    """The ``algo.*`` and ``trainer.*`` keys another key turns off."""
+    al, tr, found = cfg.algo, cfg.trainer, []
+    for key in ("overlong_buffer", "overlong_penalty"):
+        if al.overlong != "penalty" and _changed(al, _ALGO, key):
+            found.append((f"algo.{key}", f"it is read only with algo.overlong=penalty (got {al.overlong})", "set algo.overlong=penalty or drop it"))
+    if not al.dynamic_sampling and _changed(al, _ALGO, "max_resample_rounds"):
+        found.append(("algo.max_resample_rounds", "it is read only with algo.dynamic_sampling=true", "set algo.dynamic_sampling=true or drop it"))
+    if al.rollout_correction == "none" and _changed(al, _ALGO, "rollout_correction_cap"):
+        found.append(("algo.rollout_correction_cap", "algo.rollout_correction=none weights no token", "set algo.rollout_correction=tis or mis, or drop it"))
+    if al.kl_coef == 0 and _changed(al, _ALGO, "ref_placement"):
+        found.append(("algo.ref_placement", "algo.kl_coef=0 loads no reference model", "set algo.kl_coef > 0 or drop it"))
+    if tr.nonfinite == "stop" and _changed(tr, _TRAINER, "max_nonfinite_skips"):
+        found.append(("trainer.max_nonfinite_skips", "trainer.nonfinite=stop skips nothing", "set trainer.nonfinite=skip or drop it"))
+    return found
