@@ -70,6 +70,14 @@ def tsctl(*args: str, check: bool = True, **env_vars: str) -> subprocess.Complet
     return proc
 
 
+def reference_run(runs: Path, model_cache: Path, settings: list[str]) -> tuple[Path, list[str]]:
+    """An uninterrupted micro run ``reference`` under ``runs`` with ``settings``: its folder, and the overrides
+    that place more runs beside it (to kill, signal or resume and compare against it)."""
+    args = [*micro_args(runs, model_cache), *settings]
+    tsctl("train", *args, "name=reference")
+    return runs / "default" / "reference", args
+
+
 VOLATILE = ("time/", "tokens_per_s", "eval/seconds")
 """Metric keys that differ between two runs of the same computation (wall times and rates)."""
 

@@ -56,17 +56,19 @@ def test_missing_vllm_names_the_install_commands(monkeypatch):
         check_runs_here(compose_config(["engine=vllm"]).cfg.engine)
 
 
-@pytest.mark.parametrize("overrides, cpu_build, message", [
-    ([], False, "finds no CUDA device, and the vLLM installed is its CUDA build"),
-    (["engine.enable_sleep_mode=true"], True, "'engine.enable_sleep_mode': vLLM's CPU build has no sleep mode"),
-    (["engine.tensor_parallel_size=2"], True, "'engine.tensor_parallel_size': 2 needs CUDA devices"),
+@pytest.mark.parametrize("overrides, cpu_build, message, fix", [
+    ([], False, "finds no CUDA device, and the vLLM installed is its CUDA build", None),
+    (["engine.enable_sleep_mode=true"], True, "'engine.enable_sleep_mode': vLLM's CPU build has no sleep mode", "engine.enable_sleep_mode=false"),
+    (["engine.tensor_parallel_size=2"], True, "'engine.tensor_parallel_size': 2 needs CUDA devices", "engine.tensor_parallel_size=1"),
 ])
-def test_what_vllm_cannot_run_on_the_cpu_is_refused_in_one_line(monkeypatch, overrides, cpu_build, message):
+def test_what_vllm_cannot_run_on_the_cpu_is_refused_in_one_line(monkeypatch, overrides, cpu_build, message, fix):
     fake_vllm.install(monkeypatch, platform="cpu")
     monkeypatch.setattr(vllm_platform, "cpu_build", lambda: cpu_build)
     cfg = compose_config(["engine=vllm", *overrides]).cfg.engine
     with pytest.raises(ConfigError, match=message):
         check_runs_here(cfg)
+    if fix is not None:  # the fix the message gives, applied, runs
+        check_runs_here(compose_config(["engine=vllm", *overrides, fix]).cfg.engine)
     with pytest.raises(ValueError, match="Sleep mode is not supported"):  # what vLLM's CPU build itself says
         sys.modules["vllm"].LLM("folder", enable_sleep_mode=True)
 

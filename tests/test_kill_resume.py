@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import kill, micro_args, stable_metrics, tsctl
+from conftest import kill, reference_run, stable_metrics, tsctl
 from tsctl.cli import app
 from tsctl.io.checkpoints import STATE_FILE
 from tsctl.seeds.bank import SeedBank
@@ -62,9 +62,7 @@ def assert_same_as(reference: Path, run: Path) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> tuple[Path, list[str]]:
     """An uninterrupted run with SETTINGS, and the overrides that place more runs beside it."""
-    args = [*micro_args(tmp_path_factory.mktemp("kill") / "runs", model_cache), *SETTINGS]
-    tsctl("train", *args, "name=reference")
-    run = Path(compose_config(args).cfg.runs_dir) / "default" / "reference"
+    run, args = reference_run(tmp_path_factory.mktemp("kill") / "runs", model_cache, SETTINGS)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-4"]  # step-2 went when its window closed
     return run, args
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import kill, metrics, micro_args, stable_metrics, tsctl
+from conftest import kill, metrics, micro_args, reference_run, stable_metrics, tsctl
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -31,10 +31,7 @@ SETTINGS = [
 @pytest.fixture(scope="module")
 def cuda_run(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> tuple[Path, list[str]]:
     """An uninterrupted CUDA run with SETTINGS, and the overrides that place more runs beside it."""
-    root = tmp_path_factory.mktemp("cuda") / "runs"
-    args = [*micro_args(root, model_cache), *SETTINGS]
-    tsctl("train", *args, "name=reference")
-    return root / "default" / "reference", args
+    return reference_run(tmp_path_factory.mktemp("cuda") / "runs", model_cache, SETTINGS)
 
 
 def test_a_run_on_cuda_steps_float32_weights_with_bf16_compute(cuda_run, model_cache):

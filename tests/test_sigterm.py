@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import micro_args, stable_metrics, tsctl
+from conftest import reference_run, stable_metrics
 from tsctl.cli import app
 from tsctl.io.checkpoints import latest_checkpoint
 from tsctl.io.faults import ENV, SIGNAL_ENV
@@ -56,10 +56,7 @@ def signalled(args: list[str], point: tuple[str, int], name: str) -> subprocess.
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> tuple[Path, list[str]]:
     """An uninterrupted run with SETTINGS, and the overrides that place more runs beside it."""
-    runs = tmp_path_factory.mktemp("sigterm") / "runs"
-    args = [*micro_args(runs, model_cache), *SETTINGS]
-    tsctl("train", *args, "name=reference")
-    return runs / "default" / "reference", args
+    return reference_run(tmp_path_factory.mktemp("sigterm") / "runs", model_cache, SETTINGS)
 
 
 def resume_to_the_end(args: list[str], reference: Path, run: Path) -> None:

@@ -85,7 +85,7 @@ def cpu_kv_cache_bytes(config: Any, dtype_name: str, max_model_len: int, max_num
     if on_cuda():
         return None
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim(config) * torch.empty(0, dtype=getattr(torch, dtype_name)).element_size()
+    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim(config) * getattr(torch, dtype_name).itemsize
     return per_token * max_model_len * max_num_seqs
 
 
