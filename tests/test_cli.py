@@ -49,3 +49,28 @@ def test_user_mistakes_exit_2_with_one_line_and_no_traceback(args, words, tmp_pa
     assert "Traceback" not in result.output
     assert result.output.startswith("error:") and words in result.output
     assert result.output.count("\n") == 1
+
+
+def test_an_unknown_cfg_value_names_cfg_job_which_then_works():
+    result = CliRunner().invoke(app, ["train", "--cfg", "yaml"])
+    assert result.exit_code == 2 and result.output.strip() == "error: config error at '--cfg': unknown value 'yaml'; use --cfg job"
+    assert CliRunner().invoke(app, ["train", "--cfg", "job"]).exit_code == 0
+
+
+def test_ctrl_c_before_training_says_to_rerun_and_the_rerun_trains(tmp_path, model_cache, monkeypatch):
+    import tsctl.stages.compose
+
+    from conftest import micro_args
+
+    args = ["train", *micro_args(tmp_path / "runs", model_cache)]
+    composed = tsctl.stages.compose.compose_config
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tsctl.stages.compose, "compose_config", ctrl_c)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 130 and result.output.strip() == "interrupted; rerun the same command (with resume=true if its run folder exists)"
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.setattr(tsctl.stages.compose, "compose_config", composed)
+    assert CliRunner().invoke(app, args).exit_code == 0

@@ -15,11 +15,11 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.bank import SeedBank
 from tsctl.stages.compose import compose_config
-from tsctl.stages.train import train_step
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
 from tsctl.trainer.optim import lr_lambda
 from tsctl.trainer.pi_old import engine_logprobs, logprob_gap
+from tsctl.trainer.step import train_step
 
 
 def offset(j: int) -> float:

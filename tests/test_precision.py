@@ -17,6 +17,7 @@ from tsctl.models.precision import autocast, require_fp32_master, resolve_comput
 from tsctl.models.samples import Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.seeds.base import uses_seeds
 from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
 
@@ -40,7 +41,7 @@ def one_update(model, overrides: list[str], hooks: dict | None = None) -> None:
     old, _ = recompute_for(cfg, model, batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.trainer.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), cfg, torch.Generator().manual_seed(0))
+    policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), cfg, torch.Generator().manual_seed(0), seeded=uses_seeds(cfg))
 
 
 def tiny(dtype: torch.dtype = torch.float32):

@@ -169,12 +169,14 @@ def test_report_writes_interval_columns_comparisons_and_a_band_plot(paired_sweep
     rows = list(csv.DictReader((out / "comparisons.csv").open()))
     greedy = next(r for r in rows if r["metric"] == "greedy_accuracy")
     assert greedy["verdict"] == "better" and float(greedy["diff_by_problem"]) == pytest.approx(0.15)
-    # 3 comparisons in the table's family; greedy's bootstrap p is 0 and stays 0; pass@1's identical samples give p = 1
-    assert greedy["p_holm"] == "0" and next(r for r in rows if r["metric"] == "pass@1")["p_holm"] == "1"
+    # 3 comparisons in the table's family; greedy's gain is 0.15 under every seed, but on other problems under each
+    # (the problems disagree beyond their cells' noise), so its p over seeds and problems is small, not 0; pass@1's
+    # identical samples give p = 1
+    assert float(greedy["p_holm"]) < 1e-9 and next(r for r in rows if r["metric"] == "pass@1")["p_holm"] == "1"
     assert greedy["mde_80_by_seed"] == "0" and greedy["p_equivalence"] == ""  # no spread over seeds; no margin given
     bounds = md.split("What each comparison rules out:")[1]
-    assert "| ratio=25 | held-out greedy acc. | [+0." in bounds and "(problems x seeds) | better | rules out gains > 0." in bounds
-    assert "| ratio=25 | held-out pass@1 | [+0.000, +0.000] (problems x seeds) | not distinguishable | rules out gains > 0.000 / losses > 0.000 | 0.000 |" in bounds
+    assert "| ratio=25 | held-out greedy acc. | [+0." in bounds and "(seeds and problems) | better | rules out gains > 0." in bounds
+    assert "| ratio=25 | held-out pass@1 | [+0.000, +0.000] (seeds and problems) | not distinguishable | rules out gains > 0.000 / losses > 0.000 | 0.000 |" in bounds
     assert "no equivalence test was run" in md
     assert {"greedy_accuracy_ci_low", "greedy_accuracy_ci_high", "pass@1_n"} <= set(next(csv.DictReader((out / "summary.csv").open())))
     assert (out / "reward_accuracy.png").is_file()
@@ -192,7 +194,7 @@ def test_a_ratio_sweep_s_report_assesses_the_method_s_claims(paired_sweep, capsy
     # ratio 25 solves 30 more of 200 problems greedily (better); its sampled results equal ratio 0's
     assert "- (iii) Every ratio > 0 beats ratio 0 on held-out accuracy and pass@k: **partly supported**: 1 of 2 comparison(s) say better" in claims
     greedy = next(line for line in claims.splitlines() if line.startswith("  - ratio=25 vs ratio=0, greedy_accuracy: "))
-    assert "difference +0.150 [95% CI +0." in greedy and "(problems x seeds), p=0, Holm p=0: **better**; rules out gains > 0." in greedy
+    assert "difference +0.150 [95% CI +0." in greedy and "(seeds and problems), p=" in greedy and ": **better**; rules out gains > 0." in greedy
     # every seed gains exactly 30 of 200 problems: the paired differences do not spread, so any difference is detectable
     assert greedy.endswith("and any loss; MDE 0.000 (80% power, paired t over seeds).")
     assert "- (iv) Seeded runs keep a higher entropy: **not supported**: 0 of 1 comparison(s) say higher" in claims

@@ -57,11 +57,14 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
     arithmetic = {"device": "cpu", "cpu_capability": "AVX2", "torch_threads": 1}
     (sweep / "ratio=25-seed=2" / "manifest.json").write_text(json.dumps(manifest | {"arithmetic": arithmetic}))
     page = results.render(tmp_path / "runs")
-    assert "Pending: no run yet (`python scripts/results.py --only arithmetic-ratio`)" in page
+    assert "Pending: not yet run with records; `python scripts/results.py --only arithmetic-ratio` runs it." in page
     # 20 steps of 30, 60 and 90 s: 10, 20 and 30 min per seed
-    assert ("Code: git revision 90b822d, unknown. Base model: the built-in model whose weights' sha256 begins aaaaaaaaaaaa (2 run(s)), "
-            "bbbbbbbbbbbb (1 run(s)), not recorded (3 run(s)) (different warm-ups: compare with care). Arithmetic (manifest.json): "
+    assert ("What the 6 finished run(s) ran (manifest.json): code revision (git_revision): 90b822d (1 run(s)), not recorded (5 run(s)); "
+            "uncommitted changes (git_dirty): not recorded (6 run(s)); warm-up model (base_model, its weights' sha256): aaaaaaaaaaaa "
+            "(2 run(s)), bbbbbbbbbbbb (1 run(s)), not recorded (3 run(s)); arithmetic (arithmetic: device, CPU, torch threads): "
             "cpu AVX2, 1 thread (1 run(s)), not recorded (5 run(s)). Training took 20 min per run (10-30;") in page
+    assert ("They differ in their warm-up model: a difference between points may come from that rather than the setting. Not every "
+            "run recorded its code revision, uncommitted changes and arithmetic, so those are not known to be shared.") in page
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
     # (i) over training: steps 19-20 minus steps 1-2 is -18 * (0.01 + 0.0005*seed), -0.189 on average;
     # along the position: tokens 4-7 are 0.2 + 0.002*seed + (0.001 + 0.0002*seed)*step below tokens 0-3, on average over
@@ -243,20 +246,31 @@ def test_a_claim_is_summed_up_from_its_comparisons_verdicts():
     assert claim_status(lines[2:], "better") == "**pending**: no comparison with an interval yet"
 
 
-def test_the_same_setting_check_counts_seed_pairs_the_per_problem_test_calls_different(results):
-    from tsctl.stages.report.points import Point, Run
+def greedy_run(seed: int, solved: list[int]):
+    """A finished run whose final evaluation holds only per-problem greedy results."""
+    from tsctl.stages.report.points import Run
 
-    def run(seed: int, solved: list[int]) -> Run:
-        per_problem = {"greedy": {"ids": [str(i) for i in range(len(solved))], "solved": solved}}
-        return Run(Path(f"seed={seed}"), "completed", None, {}, [], {"per_problem": per_problem}, str(seed))
+    per_problem = {"greedy": {"ids": [str(i) for i in range(len(solved))], "solved": solved}}
+    return Run(Path(f"seed={seed}"), "completed", None, {}, [], {"per_problem": per_problem}, str(seed))
+
+
+def test_seeds_against_seeds_compares_the_seeds_spread_with_what_problem_sampling_predicts(results):
+    from tsctl.stages.report.points import Point
+
+    runs = [greedy_run(0, [1, 1, 1, 0]), greedy_run(1, [1, 1, 0, 0]), greedy_run(2, [1, 0, 0, 0])]
+    lines = results.seed_spread_check(Point("ratio=0", {}, runs, runs))
+    # seed means 0.75, 0.5, 0.25 (std 0.25): MS_seed = 4 * 0.125 / 2 = 0.25; the cells' residuals square to 5/6 over
+    # 2 * 3 degrees of freedom: MS_cell = 5/36, whose share of a seed's mean is sqrt(5/36 / 4) = 0.1863; F = 0.25 / (5/36)
+    # = 1.8 on (2, 6) degrees of freedom: p = (1 + 2 * 1.8 / 6)^-3 = 0.2441
+    assert "| held-out greedy acc. | 3 | 4 | 0.2500 | 0.1863 | 1.80 | 0.244 |" in lines
+    assert lines[-2].startswith("On no held-out metric do the seeds of one setting differ by more than problem sampling explains")
 
     rng = np.random.default_rng(0)
-    alike = [run(seed, list(rng.integers(0, 2, 400))) for seed in range(3)]  # three draws of one coin per problem
-    apart = run(3, [1] * 400)  # solves everything: differs from each of the others
-    lines = results.same_setting_check(Point("ratio=0", {}, alike + [apart], alike + [apart]), resamples=500)
-    assert lines[0].startswith("Same-setting check: the 6 pairs of ratio=0 seeds, compared problem by problem as two settings are, "
-                               "were called different 3 time(s) (p from 0.00 to ")
-    assert results.same_setting_check(Point("ratio=0", {}, alike[:2], alike[:2])) == []  # one pair says nothing
+    alike = [greedy_run(seed, list(rng.integers(0, 2, 400))) for seed in range(3)]  # three draws of one coin per problem
+    apart = greedy_run(3, [1] * 400)  # solves everything
+    lines = results.seed_spread_check(Point("ratio=0", {}, alike + [apart], alike + [apart]))
+    assert lines[-2].startswith("On held-out greedy acc. the seeds of one setting differ by more than problem sampling explains")
+    assert results.seed_spread_check(Point("ratio=0", {}, alike[:1], alike[:1])) == []  # one seed says nothing
 
 
 def test_the_page_is_written_again_from_the_records_once_the_runs_are_gone(results, tmp_path):
@@ -290,7 +304,7 @@ def test_the_page_is_written_again_from_the_records_once_the_runs_are_gone(resul
     shutil.rmtree(results.records_of("countdown-ratio"))
     (tmp_path / "figures" / "countdown-ratio" / "section.md").unlink()
     (tmp_path / "figures" / "countdown-ratio" / "section.json").unlink()
-    assert "Pending: no run yet (`python scripts/results.py --only countdown-ratio`)" in results.render()
+    assert "Pending: not yet run with records; `python scripts/results.py --only countdown-ratio` runs it." in results.render()
 
 
 def test_a_later_sitting_restores_the_records_instead_of_training_them_and_never_overwrites_one(results, tmp_path):
@@ -410,3 +424,21 @@ def test_a_sweep_trains_whole_seeds_first_so_an_unfinished_one_has_paired_points
     points, _ = expand([o for o in commands[0][4:] if not is_report_override(o)])
     assert [(p["seed"], p["ratio"]) for p in (dict(o.split("=", 1) for o in point) for point in points)] == [
         ("0", "0"), ("0", "25"), ("0", "50"), ("1", "0"), ("1", "25"), ("1", "50")]
+
+
+def test_check_fails_with_a_line_per_section_its_records_cannot_write(results, tmp_path, capsys):
+    import shutil
+
+    runs_dir, page = tmp_path / "runs", tmp_path / "RESULTS.md"
+    for seed in range(2):
+        fake_point(runs_dir / "results" / "countdown-ratio" / f"ratio=0-seed={seed}", 0, seed, 0.40 + 0.01 * seed)
+    results.main(["--render", "--check", "--runs-dir", str(runs_dir), "--page", str(page)])  # the other sweeps are pending
+    assert "every section on the page is written from its records" in capsys.readouterr().out
+    assert "Pending: not yet run with records; `python scripts/results.py --only countdown-selectors` runs it." in page.read_text()
+
+    shutil.rmtree(results.records_of("countdown-ratio"))  # the kept section of 2 runs is still shown, from no record
+    with pytest.raises(SystemExit) as failed:
+        results.main(["--check", "--page", str(page)])
+    assert failed.value.code == 1
+    assert capsys.readouterr().err == ("not from records: countdown-ratio: its section stands on 2 run(s) but "
+                                       "docs/results/countdown-ratio/runs/ holds 0 record(s)\n")

@@ -18,6 +18,7 @@ from tsctl.config.validate import ROLLOUT_CORRECTIONS
 from tsctl.models.batch import old_logprobs, pack
 from tsctl.models.logprobs import recompute
 from tsctl.models.samples import PLAIN, PREFIX, SUFFIX
+from tsctl.seeds.base import uses_seeds
 from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
 
@@ -120,7 +121,7 @@ def update_grads(batch, cfg, old, engine, ref=None):
     model = tiny_model()
     optimizer = RecordingSGD(model.parameters(), lr=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    sums = policy_update(model, optimizer, scheduler, batch, old, cfg, torch.Generator().manual_seed(0), ref, engine_logprobs=engine)
+    sums = policy_update(model, optimizer, scheduler, batch, old, cfg, torch.Generator().manual_seed(0), ref, engine_logprobs=engine, seeded=uses_seeds(cfg))
     return optimizer.grads, sums.means()
 
 

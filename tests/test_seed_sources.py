@@ -6,7 +6,10 @@ import math
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from conftest import micro_args
+from tsctl.cli import app
 from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, loss_norms
 from tsctl.config.errors import ConfigError
 from tsctl.models.batch import pack
@@ -17,10 +20,10 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.sources import ModelSource, TraceSource, check_tokenizer
-from tsctl.seeds.unknown_logprobs import ratio_denominators
 from tsctl.stages.compose import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
+from tsctl.trainer.denominators import ratio_denominators
 from tsctl.trainer.update import loss_mask
 
 BASE = ["model=micro", "task=arithmetic", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=16", "ratio=50", "truncation=fixed", "seeds.fraction=0.5"]
@@ -196,3 +199,16 @@ def test_traces_that_match_no_prompt_are_refused_and_partial_cover_is_counted(po
     )
     every = write_traces(tmp_path / "all.jsonl", [{"prompt_id": p.id, "response": "1"} for p in problems])
     assert TraceSource(cfg(every), fmt, task).coverage(problems) is None
+
+
+def test_a_trace_file_that_covers_some_prompts_says_how_many_before_the_first_step(tmp_path, model_cache):
+    traces = tmp_path / "some.jsonl"
+    args = [*micro_args(tmp_path / "runs", model_cache), "ratio=50", "trainer.steps=1", "seeds.source=traces", f"seeds.source_path={traces}"]
+    problems = build_task(compose_config(args[:-2]).cfg.task).problems("train")
+    write_traces(traces, [{"prompt_id": p.id, "response": p.answer} for p in problems[:3]])
+    result = CliRunner().invoke(app, ["train", *args])
+    assert result.exit_code == 0, result.output
+    note = (f"note: seeds.source_path: traces cover 3 of the {len(problems)} train prompts; "
+            f"the other {len(problems) - 3} get no seeds (their samples are plain)")
+    lines = result.output.splitlines()
+    assert note in lines and lines.index(note) < next(i for i, line in enumerate(lines) if line.startswith("run complete"))

@@ -11,6 +11,7 @@ from tsctl.models.logits import logits_head
 from tsctl.models.logprobs import enable_activation_checkpointing, forward_tokens, recompute, recompute_for, response_logprobs
 from tsctl.models.micro_batches import micro_batches
 from tsctl.models.samples import Sample
+from tsctl.seeds.base import uses_seeds
 from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
 
@@ -57,7 +58,7 @@ def sgd_step(model, overrides: list[str]) -> list[torch.Tensor]:
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    policy_update(model, optimizer, scheduler, b, old_logprobs(old, b), cfg, torch.Generator().manual_seed(0))
+    policy_update(model, optimizer, scheduler, b, old_logprobs(old, b), cfg, torch.Generator().manual_seed(0), seeded=uses_seeds(cfg))
     delta = [p.detach() - q for p, q in zip(model.parameters(), before)]
     with torch.no_grad():
         for p, q in zip(model.parameters(), before):

@@ -11,6 +11,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import old_logprobs, pack
 from tsctl.models.logprobs import recompute
 from tsctl.models.samples import PREFIX, Sample
+from tsctl.seeds.base import uses_seeds
 from tsctl.trainer import update as update_module
 from tsctl.trainer.update import policy_update
 
@@ -68,7 +69,7 @@ def run_update(model, batch, cfg, lr=0.0, old=None, ref=None, shuffle_seed=0):
         old = old_logprobs(recompute(model, batch, 1.0, 0)[0], batch)
     metrics = policy_update(
         model, optimizer, scheduler, batch, old, cfg,
-        torch.Generator().manual_seed(shuffle_seed), ref,
+        torch.Generator().manual_seed(shuffle_seed), ref, seeded=uses_seeds(cfg),
     )
     return metrics, optimizer
 

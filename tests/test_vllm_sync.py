@@ -23,9 +23,9 @@ from tsctl.engines.factory import build_engine
 from tsctl.models.prompts import PromptFormatter
 from tsctl.stages.compose import compose_config
 from tsctl.stages.eval import evaluate
-from tsctl.stages.train import train_step
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
+from tsctl.trainer.step import train_step
 
 IM_END = 258
 TASK = ["task=arithmetic", "task.train_size=200", "task.heldout_size=6", "task.arithmetic.max_terms=3"]

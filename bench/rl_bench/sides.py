@@ -18,13 +18,14 @@ from unittest import mock
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-import tsctl.stages.train
 import tsctl.trainer.optim
+import tsctl.trainer.step
 from rl_bench.settings import CLOCKS, Settings
 from rl_bench.timing import Stopwatch, rotate, step_lengths, timed, update_flops
 from tsctl.config.schema import TinyModelConfig, TsctlConfig
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.hf import HFEngine
+from tsctl.io.runs import locate_run
 from tsctl.models.loading import load_model
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
@@ -61,7 +62,7 @@ def load_without_eos(path, dtype="float32", device="cpu") -> tuple[PreTrainedMod
 
 
 # ---------------------------------------------------------------------------------------------
-# tsctl: the real training loop, in process.
+# tsctl: the trainer's own setup and steps, in process.
 
 
 def tsctl_overrides(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int) -> list[str]:
@@ -78,12 +79,14 @@ def tsctl_overrides(s: Settings, model_dir: Path, runs_dir: Path, name: str, rat
 
 
 def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int) -> dict[str, list[float]]:
-    """Run ``tsctl.stages.train.train`` for ``steps`` steps; per step, its wall times (from the metric records) and CPU times.
+    """Run tsctl's training loop in process for ``steps`` steps: the trainer's :func:`~tsctl.trainer.step.setup`,
+    then :func:`~tsctl.trainer.step.run_step` per step; per step, its wall times (from the metric records) and CPU times.
 
-    CPU seconds are taken around the loop's own calls: ``SeedBank.prepare`` and ``train_step`` make up
+    CPU seconds are taken around the step's own calls: ``SeedBank.prepare`` and ``train_step`` make up
     a step (as ``time/step`` does), ``policy_update`` is the update phase (as ``time/update``).
     """
     composed = compose_config(tsctl_overrides(s, model_dir, runs_dir, name, ratio, steps))
+    cfg = composed.cfg
     cpu: dict[str, dict[int, float]] = {"step": defaultdict(float), "update": defaultdict(float)}
     current = [0]
 
@@ -99,18 +102,20 @@ def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: in
 
         return wrapper
 
+    # Patched where run_step and train_step look them up.
     patches = [
         mock.patch.object(tsctl.trainer.optim, "load_model", load_without_eos),
-        mock.patch.object(tsctl.stages.train, "train_step", clocked("step", tsctl.stages.train.train_step, lambda step, *_: step)),
+        mock.patch.object(tsctl.trainer.step, "train_step", clocked("step", tsctl.trainer.step.train_step, lambda step, *_: step)),
         mock.patch.object(SeedBank, "prepare", clocked("step", SeedBank.prepare, lambda bank, step, *_: step)),
-        mock.patch.object(tsctl.stages.train, "policy_update", clocked("update", tsctl.stages.train.policy_update, lambda *_: 0)),
+        mock.patch.object(tsctl.trainer.step, "policy_update", clocked("update", tsctl.trainer.step.policy_update, lambda *_: 0)),
     ]
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
-        run = tsctl.stages.train.train(composed)
-    records = [r for r in run.read_metrics() if "time/step" in r]
-    assert len(records) == steps and all(r["response_length/mean"] == s.max_new_tokens for r in records), "a response stopped early"
+        ctx, _ = tsctl.trainer.step.setup(cfg, str(model_dir), str(model_dir), locate_run(cfg, composed.node, "train"))
+        torch.manual_seed(cfg.seed)
+        records = [tsctl.trainer.step.run_step(step, ctx) for step in range(steps)]
+    assert all(r["response_length/mean"] == s.max_new_tokens for r in records), "a response stopped early"
     return {
         "wall_step_s": [r["time/step"] for r in records],
         "cpu_step_s": [cpu["step"][r["step"] - 1] for r in records],

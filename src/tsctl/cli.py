@@ -8,23 +8,33 @@ from typing import Callable, Optional
 import typer
 from omegaconf import OmegaConf
 from rich.markup import escape
+from typer.core import TyperCommand
 
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
 from tsctl.io.progress import console
 
-KNOBS = """
+
+def knobs() -> str:
+    """The help's list of knobs, with each registry's names (this imports the registries, so it is built only
+    when a help is shown: :class:`_WithKnobs`)."""
+    from tsctl.engines.factory import ENGINES
+    from tsctl.seeds.selectors import SELECTORS
+    from tsctl.seeds.truncation import STRATEGIES
+    from tsctl.tasks.registry import TASKS
+
+    return f"""
 [bold]Overrides[/bold] are Hydra's KEY=VALUE after the command, e.g. [cyan]ratio=25 refresh=10 trainer.steps=50[/cyan].
 
 [bold]Sweep knobs[/bold] (top level): [cyan]ratio[/cyan] (% of each group seeded, 0 = plain DAPO),
-[cyan]truncation[/cyan] (fixed|uniform|boundary|entropy|schedule), [cyan]refresh[/cyan] (T, steps between
+[cyan]truncation[/cyan] ({"|".join(STRATEGIES.names())}), [cyan]refresh[/cyan] (T, steps between
 behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
-[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] (countdown|arithmetic|file; overlong_prompts=error|drop),
-[cyan]engine[/cyan] (hf|vllm: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
+[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop),
+[cyan]engine[/cyan] ({"|".join(ENGINES.names())}: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
 clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong, rollout_correction=none|tis|mis), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
-selector=latest|oldest|uniform|max_entropy|bandit, pool_size, source=self|model|traces, source_path, trace_logprobs),
+selector={"|".join(SELECTORS.names())}, pool_size, source=self|model|traces, source_path, trace_logprobs),
 [cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite, checkpoint_on_signal),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
 [cyan]shards[/cyan] (seed/rollout: checkpoint, step, data_step, steps, out_dir, overwrite), [cyan]logger[/cyan] (console|wandb).
@@ -33,6 +43,13 @@ selector=latest|oldest|uniform|max_entropy|bandit, pool_size, source=self|model|
 
 Print the resolved config with [cyan]--cfg job[/cyan]; every key is documented in src/tsctl/config/schema/.
 """
+
+
+class _WithKnobs(TyperCommand):
+    """A command whose help ends with :func:`knobs`, built when the help is shown (not when any command starts)."""
+
+    epilog = property(lambda self: knobs(), lambda self, value: None)
+
 
 app = typer.Typer(
     name="tsctl",
@@ -50,13 +67,14 @@ CfgFlag = typer.Option(None, "--cfg", help="Print the resolved config ('job') an
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are a user's mistake (or the machine's: a full disk): printed as one line, never as a traceback."""
     from tsctl.io.atomic import WriteError
+    from tsctl.io.checkpoints import DamagedCheckpoint
     from tsctl.io.runs import RunError
     from tsctl.io.shards import ShardError
     from tsctl.models.loading import ModelLoadError
     from tsctl.tasks.records import DataError
     from tsctl.trainer.nonfinite import NonFiniteError
 
-    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, NonFiniteError, WriteError, FileNotFoundError)
+    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, NonFiniteError, WriteError, DamagedCheckpoint, FileNotFoundError)
 
 
 def _fail(err: BaseException) -> typer.Exit:
@@ -66,8 +84,10 @@ def _fail(err: BaseException) -> typer.Exit:
 
 
 def _guarded(action: Callable[[], object]) -> None:
-    """Run ``action``; user errors, and a write that failed for a full disk or a read-only place, exit 2 with one line."""
+    """Run ``action``; user errors and file-system errors (a full disk, a read-only place, a path through a file, ...)
+    exit 2 with one line."""
     from tsctl.io.atomic import write_error, write_problem
+    from tsctl.io.os_errors import one_line
     from tsctl.trainer.stop_signals import Interrupted
 
     try:
@@ -76,11 +96,10 @@ def _guarded(action: Callable[[], object]) -> None:
         raise _fail(err) from None
     except OSError as err:
         code = write_problem(err)
-        if code is None:
-            raise
-        raise _fail(write_error(code, err.filename or "the output folder")) from None
+        raise _fail(write_error(code, err.filename or "the output folder") if code is not None else OSError(one_line(err))) from None
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]; resume with the same command and resume=true")
+        # A run's step loop turns Ctrl-C into Interrupted (below); this is Ctrl-C before it or in another command.
+        console.print("[yellow]interrupted[/yellow]; rerun the same command (with resume=true if its run folder exists)")
         raise typer.Exit(130) from None
     except Interrupted as stop:  # SIGTERM/SIGINT at a step's end: saved and marked, see tsctl.trainer.stop_signals
         from tsctl.distributed.world import from_env
@@ -112,7 +131,7 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
                 raise ConfigError("--cfg", f"unknown value {cfg_flag!r}; use --cfg job")
             typer.echo(OmegaConf.to_yaml(composed.node))
             return
-        from tsctl.engines.vllm_platform import check_runs_here
+        from tsctl.engines.factory import check_runs_here
 
         check_runs_here(composed.cfg.engine)  # before any run folder is made
         stage(composed)
@@ -120,7 +139,7 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
     _guarded(action)
 
 
-@app.command(epilog=KNOBS)
+@app.command(cls=_WithKnobs)
 def warmup(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag, rebuild: bool = typer.Option(False, help="Build anew even if a cached model exists.")) -> None:
     """Build the tiny built-in model and warm it up on the task's worked solutions (cached under runs/_models/)."""
 
@@ -133,7 +152,7 @@ def warmup(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
     _run(overrides, cfg, stage)
 
 
-@app.command(epilog=KNOBS)
+@app.command(cls=_WithKnobs)
 def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Run the RL loop (DAPO; Thinking Seeds when ratio > 0) into runs/<experiment>/<name>/."""
 
@@ -148,7 +167,7 @@ def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
     _run(overrides, cfg, stage)
 
 
-@app.command(epilog=KNOBS)
+@app.command(cls=_WithKnobs)
 def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Write a seed shard: a behaviour checkpoint's full responses, log-probs and cut points for train's prompts (ratio > 0)."""
 
@@ -160,7 +179,7 @@ def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFla
     _run(overrides, cfg, stage)
 
 
-@app.command(epilog=KNOBS)
+@app.command(cls=_WithKnobs)
 def rollout(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Continue a seed shard with the current policy, add plain samples, grade them and write a rollout shard."""
 
@@ -172,7 +191,7 @@ def rollout(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = Cfg
     _run(overrides, cfg, stage)
 
 
-@app.command(name="eval", epilog=KNOBS)
+@app.command(name="eval", cls=_WithKnobs)
 def eval_(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Score checkpoints on benchmarks (greedy accuracy, pass@k, entropy, length) into eval/ folders and a table."""
 
@@ -185,7 +204,7 @@ def eval_(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
     _run(overrides, cfg, stage)
 
 
-@app.command(epilog=KNOBS)
+@app.command(cls=_WithKnobs)
 def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Sweep any keys with Hydra multirun (e.g. ratio=0,25,50 seed=1,2,3): one train + final eval per point, then a report.
 

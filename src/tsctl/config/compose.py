@@ -67,7 +67,7 @@ def compose_node(overrides: list[str] | None = None) -> Composed:
     assert isinstance(obj, TsctlConfig)
     unknown = unknown_keys(node, TsctlConfig)
     if unknown:
-        raise ConfigError(unknown[0], "unknown key: tsctl has no such setting and would ignore it; drop it or fix its spelling (see the valid keys with --cfg job)")
+        raise ConfigError(unknown[0], "unknown key: tsctl has no such setting and would ignore it; drop it, or fix its spelling and drop the '+' (see the valid keys with --cfg job)")
     return Composed(node=node, cfg=obj)
 
 

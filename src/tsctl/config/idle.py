@@ -6,15 +6,15 @@ set by a group or preset file on purpose):
 
 - ``ratio=0`` (no seeds; :func:`tsctl.seeds.base.uses_seeds`): ``truncation``, ``refresh``,
   every ``seeds.*`` key and ``algo.prefix_clip_c`` are read only by Thinking Seeds: refused.
-- ``truncation``: ``seeds.fraction`` (``fixed``), ``seeds.lo``/``seeds.hi`` (``uniform``,
-  ``boundary``), ``seeds.entropy_window`` (``entropy``), ``seeds.schedule*`` (``schedule``):
-  each refused under another built-in strategy (a registered strategy of another package is
-  left: what it reads is its own). A strategy whose fraction is 0 at every step (``fixed`` at
+- ``truncation``: the ``seeds.*`` keys each strategy declares it ``reads`` (``seeds.fraction``
+  for ``fixed``, ``seeds.lo``/``seeds.hi`` for ``uniform`` and ``boundary``, ``seeds.entropy_window``
+  for ``entropy``, ``seeds.schedule*`` for ``schedule``): each refused under a strategy that does
+  not read it. A strategy whose declared ``largest`` fraction is 0 (``fixed`` at
   ``seeds.fraction=0``, ``uniform``/``boundary`` at ``seeds.hi=0``, ``schedule`` from 0 to 0)
   cuts every seed at 0 tokens: refused.
-- ``seeds.selector``: ``seeds.pool_size`` above 1 with ``latest`` (which saves no snapshot),
-  ``seeds.bandit``/``seeds.bandit_c`` without ``bandit``, ``seeds.probe_*`` without
-  ``max_entropy``: refused.
+- ``seeds.selector``: ``seeds.pool_size`` above 1 with a selector that keeps no ``pool`` (``latest``
+  saves no snapshot), and the keys another selector declares it ``reads`` (``seeds.bandit``/
+  ``seeds.bandit_c`` without ``bandit``, ``seeds.probe_*`` without ``max_entropy``): refused.
 - ``seeds.source``: ``seeds.source_path`` with ``self``, ``seeds.trace_logprobs`` without
   ``traces``: refused.
 - ``algo.overlong``: ``algo.overlong_buffer``/``algo.overlong_penalty`` without ``penalty``: refused.
@@ -38,18 +38,10 @@ from dataclasses import fields
 from typing import Any
 
 from tsctl.config.errors import ConfigError
+from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.schema.rl import AlgoConfig, SeedsConfig
 from tsctl.config.schema.trainer import TrainerConfig
-
-TRUNCATION_KEYS = {
-    "fixed": ("fraction",),
-    "uniform": ("lo", "hi"),
-    "boundary": ("lo", "hi"),
-    "entropy": ("entropy_window",),
-    "schedule": ("schedule", "schedule_start", "schedule_end"),
-}
-"""The ``seeds.*`` keys each built-in truncation strategy reads."""
 
 _SEEDS, _ALGO, _TRAINER, _TOP = SeedsConfig(), AlgoConfig(), TrainerConfig(), TsctlConfig()
 
@@ -61,9 +53,10 @@ def _changed(section: Any, default: Any, key: str) -> bool:
     return getattr(section, key) != getattr(default, key)
 
 
-def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
-    """One :class:`ConfigError` per key of ``cfg`` set away from its default that cannot take effect (see the module docstring)."""
-    found = (_without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg)) + _algo_and_trainer(cfg)
+def idle_settings(cfg: TsctlConfig, strategies: Registry, selectors: Registry) -> list[ConfigError]:
+    """One :class:`ConfigError` per key of ``cfg`` set away from its default that cannot take effect (see the module
+    docstring); ``strategies`` and ``selectors`` are the truncation and selector registries, whose entries declare what they read."""
+    found = (_without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg, strategies, selectors)) + _algo_and_trainer(cfg)
     return [ConfigError(key, f"{_value(cfg, key)!r} cannot take effect: {why}; {fix}") for key, why, fix in found]
 
 
@@ -83,22 +76,29 @@ def _without_seeds(cfg: TsctlConfig) -> list[Idle]:
     return [(key, "it is read by Thinking Seeds runs only and ratio=0", "set ratio > 0 (e.g. ratio=25) or drop it") for key in keys]
 
 
-def _seeds(cfg: TsctlConfig) -> list[Idle]:
+def _readers(registry: Registry) -> dict[str, list[str]]:
+    """Each ``seeds.*`` key some entry of ``registry`` declares it reads -> those entries, in registration order."""
+    readers: dict[str, list[str]] = {}
+    for name in registry.names():
+        for key in registry.needs(name).reads:
+            readers.setdefault(key, []).append(name)
+    return readers
+
+
+def _seeds(cfg: TsctlConfig, strategies: Registry, selectors: Registry) -> list[Idle]:
     """``ratio > 0``: the ``seeds.*`` keys that the truncation, selector or source turn off."""
     s, found = cfg.seeds, []
-    read = TRUNCATION_KEYS.get(cfg.truncation)
-    if read is not None:
-        for key in sorted({k for keys in TRUNCATION_KEYS.values() for k in keys} - set(read)):
-            if _changed(s, _SEEDS, key):
-                found.append((f"seeds.{key}", f"truncation={cfg.truncation} does not read it", "drop it or choose the truncation that does"))
-    largest = {"fixed": s.fraction, "uniform": s.hi, "boundary": s.hi, "schedule": max(s.schedule_start, s.schedule_end)}.get(cfg.truncation)
-    if largest == 0:
+    cut = strategies.needs(cfg.truncation)
+    for key in sorted(set(_readers(strategies)) - set(cut.reads)):
+        if _changed(s, _SEEDS, key):
+            found.append((f"seeds.{key}", f"truncation={cfg.truncation} does not read it", "drop it or choose the truncation that does"))
+    if cut.largest is not None and cut.largest(s) == 0:
         found.append(("truncation", "every seed would be cut at 0 tokens, so no sample continues a prefix", "raise its fraction (e.g. seeds.fraction=0.5, seeds.hi=0.8) or use ratio=0"))
-    if s.selector == "latest" and s.pool_size > 1:
-        found.append(("seeds.pool_size", "seeds.selector=latest uses only the current weights and keeps no pool", "choose another seeds.selector or drop it"))
-    for key, selector in (("bandit", "bandit"), ("bandit_c", "bandit"), ("probe_prompts", "max_entropy"), ("probe_samples", "max_entropy")):
-        if s.selector != selector and _changed(s, _SEEDS, key):
-            found.append((f"seeds.{key}", f"it is read only with seeds.selector={selector}", f"set seeds.selector={selector} or drop it"))
+    if not selectors.needs(s.selector).pool and s.pool_size > 1:
+        found.append(("seeds.pool_size", f"seeds.selector={s.selector} uses only the current weights and keeps no pool", "choose another seeds.selector or drop it"))
+    for key, readers in sorted(_readers(selectors).items()):
+        if s.selector not in readers and _changed(s, _SEEDS, key):
+            found.append((f"seeds.{key}", f"it is read only with seeds.selector={'|'.join(readers)}", f"set seeds.selector={readers[0]} or drop it"))
     if s.source == "self" and s.source_path:
         found.append(("seeds.source_path", "seeds.source=self writes seeds from the run's own snapshots", "set seeds.source=model or traces, or drop it"))
     if s.source != "traces" and _changed(s, _SEEDS, "trace_logprobs"):

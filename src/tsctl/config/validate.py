@@ -98,8 +98,6 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     one_of("task.overlong_prompts", t.overlong_prompts, OVERLONG_PROMPTS)
     one_of("task.file.on_bad_row", t.file.on_bad_row, BAD_ROW)
     _in_range("task.file.heldout_fraction", t.file.heldout_fraction, 0.0, 0.9)
-    if t.name == "file" and not t.file.train_path:
-        raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file: task.file.train_path=data/train.jsonl")
 
     e = cfg.engine
     _non_negative("engine.temperature", e.temperature)
@@ -152,12 +150,6 @@ def validate(cfg: TsctlConfig) -> TsctlConfig:
     one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)
     _non_negative("trainer.max_nonfinite_skips", tr.max_nonfinite_skips)
     one_of("trainer.old_logprobs", tr.old_logprobs, OLD_LOGPROBS)
-    if tr.old_logprobs == "engine" and (e.name != "hf" or e.top_p != 1):
-        raise ConfigError(
-            "trainer.old_logprobs",
-            f"'engine' needs engine=hf with engine.top_p=1 (got engine={e.name}, top_p={e.top_p:g}): other engines' "
-            "numerics differ from the trainer's and a nucleus changes the distribution; use auto or recompute",
-        )
     samples = tr.batch_size * tr.n
     if samples % tr.mini_batches:
         raise ConfigError("trainer.mini_batches", f"{tr.mini_batches} must divide trainer.batch_size * trainer.n = {samples}")
@@ -195,17 +187,9 @@ def _validate_behaviour(cfg: TsctlConfig) -> None:
     _positive("seeds.bandit_c", s.bandit_c)
     _positive("seeds.probe_prompts", s.probe_prompts)
     _positive("seeds.probe_samples", s.probe_samples)
-    if s.selector != "latest" and s.source != "self":
-        raise ConfigError("seeds.selector", f"{s.selector!r} chooses among the run's own snapshots, but seeds.source={s.source}; use seeds.selector=latest")
-    if s.selector != "latest" and s.pool_size < 2:
-        raise ConfigError("seeds.pool_size", f"seeds.selector={s.selector} needs a pool of 2 or more snapshots to choose from (got {s.pool_size}); e.g. seeds.pool_size=4")
-    if s.selector != "latest" and cfg.refresh == 0:
-        raise ConfigError("seeds.selector", f"{s.selector!r} needs snapshots from several refresh windows, but refresh=0 keeps only the initial model; set refresh > 0")
     if s.source != "self" and not s.source_path:
         what = "an HF model folder or hub id" if s.source == "model" else "a JSONL or Parquet file of traces"
         raise ConfigError("seeds.source_path", f"seeds.source={s.source} needs {what}: seeds.source_path=<path>")
     if s.source == "traces":
         if not Path(s.source_path).is_file():
             raise ConfigError("seeds.source_path", f"trace file {s.source_path} does not exist")
-        if cfg.truncation == "entropy":
-            raise ConfigError("truncation", "'entropy' needs the behaviour policy's entropies, which a trace file does not have; choose another truncation")

@@ -90,14 +90,13 @@ def cpu_kv_cache_bytes(config: Any, dtype_name: str, max_model_len: int, max_num
 
 
 def check_runs_here(cfg: EngineConfig) -> None:
-    """Refuse, in one line, an ``engine=vllm`` setting this machine cannot run (a no-op for other engines).
+    """Refuse, in one line, an ``engine=vllm`` setting this machine cannot run (the vllm engine's declared
+    ``runs_here``, :data:`tsctl.engines.factory.ENGINES`).
 
     Raises:
         ConfigError: vLLM is not installed; no CUDA device and not vLLM's CPU build; sleep mode or
             tensor parallelism on the CPU.
     """
-    if cfg.name != "vllm":
-        return
     if not importable():
         raise ConfigError("engine", f"engine=vllm needs vLLM, which is not installed: {GPU_INSTALL} on a CUDA machine, "
                           f"{CPU_INSTALL} on the CPU, or use engine=hf")

@@ -9,6 +9,7 @@ A full disk raises :class:`tsctl.io.atomic.WriteError` and leaves the older chec
 
 from __future__ import annotations
 
+import pickle
 import random
 import re
 import shutil
@@ -22,6 +23,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tsctl.io import atomic, faults
 
 STATE_FILE = "trainer_state.pt"
+
+
+class DamagedCheckpoint(RuntimeError):
+    """A checkpoint's files cannot be read; the message names the file and what to do."""
+
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -71,8 +77,24 @@ def latest_checkpoint(folder: Path) -> tuple[int, Path] | None:
 
 
 def load_state(path: Path) -> dict[str, Any]:
-    """The trainer state saved beside a checkpoint's weights."""
-    return torch.load(path / STATE_FILE, weights_only=False)
+    """The trainer state saved beside a checkpoint's weights.
+
+    Raises:
+        DamagedCheckpoint: the file is damaged (the fix: :func:`checkpoint_fix`).
+    """
+    try:
+        return torch.load(path / STATE_FILE, weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        first = str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
+        fix = checkpoint_fix(path) or "save it again"
+        raise DamagedCheckpoint(f"could not load {path / STATE_FILE}: {first}; this checkpoint's files are damaged or incomplete: {fix}") from None
+
+
+def checkpoint_fix(path: Path) -> str | None:
+    """What to do when the files of ``path`` are damaged, if it is a run's checkpoint folder; None otherwise."""
+    if path.parent.name != "checkpoints" or not _STEP_DIR.match(path.name):
+        return None
+    return f"delete {path}, then rerun (resume=true continues from the checkpoint before it)"
 
 
 def prune_checkpoints(folder: Path, keep: int, protect: set[int] = frozenset()) -> None:

@@ -3,12 +3,14 @@
 ``TSCTL_KILL_AT=<point>:<n>`` kills the process (SIGKILL, no cleanup, as the OOM killer or a
 scheduler would) the ``n``-th time the code reaches :func:`hit` with that point's name. Unset (the
 normal case) :func:`hit` returns at once. ``TSCTL_KILL_SIGNAL=TERM`` (or ``INT``) sends that signal
-instead, as Slurm or ``timeout`` would, and the code goes on to handle it. Points:
+instead, as Slurm or ``timeout`` would, and the code goes on to handle it; ``STOP`` pauses the
+process there until it gets SIGCONT, so a test can race another command against it. Points:
 
 - ``shard-written``: a shard file is in place, its ``.sha256`` not yet (:mod:`tsctl.io.shards`);
 - ``checkpoint-partial``: a checkpoint's weights are in its temp folder, its trainer state not yet
   (:mod:`tsctl.io.checkpoints`);
-- ``step-sampled``: a step's samples are drawn, its update not yet (:mod:`tsctl.stages.train`);
+- ``resume-planned``: a resume holds its run's lock and has chosen its checkpoint, loaded nothing yet (:mod:`tsctl.stages.train`);
+- ``step-sampled``: a step's samples are drawn, its update not yet (:mod:`tsctl.trainer.step`);
 - ``step-logged``: a step's metrics line is written, its checkpoint (if any) not yet (:mod:`tsctl.stages.train`).
 """
 

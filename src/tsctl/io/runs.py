@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -44,6 +44,12 @@ SEEDS_FILE, ROLLOUTS_FILE = "seeds.parquet", "rollouts.parquet"
 
 class RunError(RuntimeError):
     """A run folder cannot be used as asked (exists without resume, resume of nothing, ...)."""
+
+
+ENDING_FIELDS = ("error", "failed_step", "nonfinite", "nonfinite_tensor", "signal", "interrupted_step", "checkpoint_step")
+"""Manifest fields that describe how a run's last segment ended (``failed``: the error and, for a non-finite
+value, :meth:`tsctl.trainer.nonfinite.NonFiniteError.manifest_fields`; ``interrupted``:
+:meth:`tsctl.trainer.stop_signals.Interrupted.manifest_fields`); stale once the run trains again."""
 
 
 def run_name(cfg: TsctlConfig) -> str:
@@ -71,12 +77,21 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _git_revision() -> str | None:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return rev.stdout.strip() or None
+def _git_revision() -> dict[str, str | bool | None]:
+    """The manifest's ``git_revision`` (the commit of the code that runs, None outside a git checkout) and
+    ``git_dirty``: True when tracked files differ from that commit (untracked files aside), None when unknown."""
+    where = Path(__file__).parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=where)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    revision = (git("rev-parse", "HEAD") or "").strip() or None
+    status = git("status", "--porcelain", "--untracked-files=no") if revision else None
+    return {"git_revision": revision, "git_dirty": None if status is None else bool(status.strip())}
 
 
 @dataclass
@@ -113,10 +128,35 @@ class RunDir:
         return json.loads(self.manifest_file.read_text()) if self.manifest_file.is_file() else {}
 
     def set_status(self, status: str, **extra: Any) -> None:
-        """Record ``status`` (running/completed/failed) and ``extra`` fields in the manifest."""
+        """Record ``status`` (running/completed/failed/interrupted) and ``extra`` fields in the manifest.
+
+        ``running`` and ``completed`` drop the fields a previous ending left (:data:`ENDING_FIELDS`):
+        a run resumed after a failure or a signal no longer carries that failure's error. Call only
+        while holding the run's lock (:func:`open_run`).
+        """
         data = self.manifest()
+        if status in ("running", "completed"):
+            for key in ENDING_FIELDS:
+                data.pop(key, None)
         data.update(extra, status=status, updated=time.strftime("%Y-%m-%dT%H:%M:%S"))
         atomic.write_json(self.manifest_file, data)
+
+    def mark_failed(self, error: str) -> str | None:
+        """Status ``failed`` with ``error``, written under the run's lock; where another live process holds it
+        (the failure was that the run is in use), nothing is written and the holder (``pid N on <host>``) is returned."""
+        try:
+            lock = RunLock.acquire(self.path)
+        except RunBusy as holder:
+            return str(holder)
+        try:
+            self.set_status("failed", error=error)
+        finally:
+            lock.release()
+        return None
+
+    def mark_running(self, **extra: Any) -> None:
+        """Status ``running`` by this process (``pid``, ``host``), with ``extra`` fields."""
+        self.set_status("running", pid=os.getpid(), host=socket.gethostname(), **extra)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl`` and flush it to disk."""
@@ -218,9 +258,11 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, str]:
 def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
     """Create the run folder for ``cfg``, or reopen it when ``cfg.resume`` is set, and take its lock.
 
-    The lock (``run.lock``, see :mod:`tsctl.io.run_lock`) is held until :meth:`RunDir.close` or the
-    process's end; holding it, temp files a killed process left in the run are deleted. A folder
-    this call created is removed again if anything here fails.
+    The lock (``.lock``, see :mod:`tsctl.io.run_lock`) is held until :meth:`RunDir.close` or the
+    process's end; holding it, temp files a killed process left in the run are deleted. A new run's
+    manifest starts as ``running``; a reopened one's is left as it was until the caller, its start
+    sound, calls :meth:`RunDir.mark_running`. A folder this call created is removed again if
+    anything here fails.
 
     Raises:
         RunError: as :func:`locate_run`, or another live process holds the run.
@@ -230,6 +272,9 @@ def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
     missing = [p for p in [run.path, *run.path.parents] if not p.exists()]  # deepest first
     created = run.path in missing
     place = next(p for p in [run.path, *run.path.parents] if p.exists())
+    if not place.is_dir():
+        raise RunError(f"{place} is a file, not a folder, so the run folder {run.path} cannot be made; point runs_dir=... at a folder "
+                       "(or choose another experiment=... or name=...)")
     if not os.access(place, os.W_OK | os.X_OK):  # before the lock file is touched: a refused run stays as it was
         raise atomic.write_error(errno.EACCES, place)
     with atomic.writing(run.path):
@@ -251,9 +296,8 @@ def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
                 command=" ".join([command, *sys.argv[2:]]) if len(sys.argv) > 1 else command,
                 created=time.strftime("%Y-%m-%dT%H:%M:%S"),
                 versions=_versions(),
-                git_revision=_git_revision(),
+                **_git_revision(),
             )
-        run.set_status("running", pid=os.getpid(), host=socket.gethostname())
     except BaseException:
         if created:
             shutil.rmtree(run.path, ignore_errors=True)
@@ -265,3 +309,20 @@ def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
         raise
     run.lock = lock
     return run
+
+
+@contextlib.contextmanager
+def held(folder: Path, busy: str) -> Iterator[None]:
+    """Hold ``folder``'s lock (:mod:`tsctl.io.run_lock`) for the ``with`` block.
+
+    Raises:
+        RunError: another live process holds it; ``busy`` with ``{owner}`` filled in (``pid N on <host>``).
+    """
+    try:
+        lock = RunLock.acquire(folder)
+    except RunBusy as owner:
+        raise RunError(busy.format(owner=owner)) from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -8,6 +8,8 @@ import torch
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from tsctl.io.checkpoints import checkpoint_fix
+
 
 class ModelLoadError(RuntimeError):
     """A model folder or hub id could not be loaded."""
@@ -52,7 +54,9 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "auto", k
         tokenizer = AutoTokenizer.from_pretrained(where)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=resolve_dtype(dtype))
     except (OSError, ValueError, SafetensorError) as err:
-        if looks_local:
+        if looks_local and (fix := checkpoint_fix(local)) is not None:
+            hint = f"; this checkpoint's files are damaged or incomplete: {fix}"
+        elif looks_local:
             hint = f"; its files are damaged or incomplete: save or download the model again, or point {key} at another folder"
         else:
             hint = f" (no local folder by that name; the hub may be unreachable: download it first or set {key} to a local folder)"

@@ -5,19 +5,19 @@ written, and what it tells about each step's advantages.
 
 - ``seeds.source=self`` with ``seeds.selector=latest`` (the default): the current weights write
   every seed, exactly as without a pool (no snapshot is saved).
-- ``seeds.source=self`` with another selector: the current weights join the pool
+- ``seeds.source=self`` with a selector that declares ``pool``: the current weights join the pool
   (:mod:`tsctl.seeds.pool`), the selector (:mod:`tsctl.seeds.selectors`) picks an arm per prompt
   of the window, and each chosen snapshot writes its prompts' seeds in one batch: arm 0 with the
   live model and engine (the same draws as ``latest`` would make for those prompts), older arms
   from their folder with an ``hf`` engine of their own. The randomness of a window's choice is a
-  pure function of ``(seed, window)``; the bandit's statistics are the file ``seeds/pool/arms.jsonl``
-  (:mod:`tsctl.seeds.arm_log`), so a resumed run makes the same choices.
+  pure function of ``(seed, window)``; a selector declaring ``arm_log`` (the bandit) keeps its arms'
+  rewards in ``seeds/pool/arms.jsonl`` (:mod:`tsctl.seeds.arm_log`), so a resumed run makes the same
+  choices; one declaring ``probes`` gets each snapshot's probe surprisal.
 - ``seeds.source=model`` or ``traces``: :mod:`tsctl.seeds.sources`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Sequence
 
@@ -29,7 +29,7 @@ from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import current
 from tsctl.engines.base import Engine
-from tsctl.engines.factory import build_engine
+from tsctl.engines.factory import build_engine, in_process
 from tsctl.io.progress import console
 from tsctl.models.loading import load_model
 from tsctl.models.precision import compute_dtype
@@ -40,7 +40,7 @@ from tsctl.seeds.attribution import arm_rewards, attribution_metrics
 from tsctl.seeds.base import arm_of
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.pool import SNAPSHOT_FILE, BehaviourPool, Snapshot, probe_problems, probe_surprisal
-from tsctl.seeds.selectors import ArmStats, select
+from tsctl.seeds.selectors import SELECTORS, ArmStats, select
 from tsctl.seeds.sources import TraceSource, external_source
 from tsctl.tasks.base import Problem, Task
 
@@ -49,11 +49,11 @@ class WindowWriter:
     """Writes the seed columns of each refresh window from the configured behaviour source."""
 
     def __init__(self, folder: Path, cfg: TsctlConfig, formatter: PromptFormatter, task: Task, problems: Sequence[Problem]) -> None:
-        s = cfg.seeds
+        s, needs = cfg.seeds, SELECTORS.needs(cfg.seeds.selector)
         self.cfg, self.formatter, self.task = cfg, formatter, task
-        self.pool = BehaviourPool(folder / "pool", s.pool_size) if s.source == "self" and s.selector != "latest" else None
-        self.log = ArmLog(folder / "pool" / "arms.jsonl") if self.pool is not None and s.selector == "bandit" else None
-        self.probes = probe_problems(problems, s.probe_prompts, cfg.seed) if self.pool is not None and s.selector == "max_entropy" else None
+        self.pool = BehaviourPool(folder / "pool", s.pool_size) if s.source == "self" and needs.pool else None
+        self.log = ArmLog(folder / "pool" / "arms.jsonl") if self.pool is not None and needs.arm_log else None
+        self.probes = probe_problems(problems, s.probe_prompts, cfg.seed) if self.pool is not None and needs.probes else None
         self.external = external_source(cfg, formatter, task)
         note = self.external.coverage(problems) if isinstance(self.external, TraceSource) else None
         if note is not None and current().main:
@@ -78,7 +78,7 @@ class WindowWriter:
             surprisal = probe_surprisal(engine, self.formatter, self.probes, self.cfg) if self.probes else None
             self.pool.add(first, model, self.formatter.tokenizer, surprisal)
         arms = self.pool.arms(first)
-        choice = select(self.cfg.seeds.selector, self.stats(first, arms), len(problems), np.random.default_rng([self.cfg.seed, first, int(Stream.SELECTOR)]), self.cfg.seeds.bandit, self.cfg.seeds.bandit_c)
+        choice = select(self.cfg.seeds.selector, self.stats(first, arms), len(problems), np.random.default_rng([self.cfg.seed, first, int(Stream.SELECTOR)]), self.cfg.seeds)
         parts: dict[int, dict[str, list]] = {}
         for arm in sorted(set(choice)):
             chosen = [i for i, a in enumerate(choice) if a == arm]
@@ -115,10 +115,10 @@ class WindowWriter:
         )
 
     def _write_snapshot(self, snap: Snapshot, problems: Sequence[Problem], steps: Sequence[int], k: int, sample_seed: int) -> dict[str, list]:
-        """Seeds written by an older snapshot, loaded from its folder with an ``hf`` engine of its own."""
+        """Seeds written by an older snapshot, loaded from its folder with an in-process (``hf``) engine of its own."""
         model = load_model(snap.path, self.cfg.model.dtype, self.cfg.model.device)[0].eval()
         engine = build_engine(
-            dataclasses.replace(self.cfg.engine, name="hf"), model, self.formatter.end_ids, self.formatter.pad_id, str(snap.path),
+            in_process(self.cfg.engine), model, self.formatter.end_ids, self.formatter.pad_id, str(snap.path),
             seed=self.cfg.seed, compute_dtype=compute_dtype(self.cfg, model),
         )
         return self._write(model, engine, snap, problems, steps, k, sample_seed)

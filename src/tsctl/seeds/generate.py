@@ -89,7 +89,7 @@ def cut_points(
     """The ``truncation`` strategy's cut of each behaviour response, in order (``rng`` draws in that order).
 
     ``entropies[i]`` is pi_b's entropy at each token of ``responses[i]`` (None when unknown: only
-    ``entropy`` needs it); ``steps[i]`` is the training step that will use the seed (``schedule``);
+    a strategy declaring ``entropies``, such as ``entropy``, needs it); ``steps[i]`` is the training step that will use the seed (``schedule``);
     ``ends[i]`` is the end token a finished response ends with (EOS or, in chat, ``<|im_end|>``),
     never part of a prefix (default: the tokenizer's EOS).
     """

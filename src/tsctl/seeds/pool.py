@@ -1,8 +1,8 @@
 """The behaviour pool: the last ``seeds.pool_size`` snapshots of the policy, on disk, one per refresh window.
 
 When a refresh window opens at step ``w`` the current weights are saved as ``seeds/pool/step-<w>/``
-(an HF ``save_pretrained`` folder with the tokenizer, plus ``snapshot.json``: the step and, for the
-``max_entropy`` selector, the snapshot's probe surprisal), then all but the newest ``pool_size``
+(an HF ``save_pretrained`` folder with the tokenizer, plus ``snapshot.json``: the step and, for a
+selector declaring ``probes`` such as ``max_entropy``, the snapshot's probe surprisal), then all but the newest ``pool_size``
 snapshots are deleted. A snapshot is written into a temp folder renamed when complete, so a killed
 process never leaves one that :meth:`BehaviourPool.snapshots` would list.
 
@@ -12,8 +12,8 @@ rewrite an existing one), as its seed shards are. The arms of a window are the s
 or before its first step (:meth:`BehaviourPool.arms`), so one the killed run wrote later is not an
 arm early.
 
-Only runs that can pick an older snapshot write a pool (``seeds.selector`` other than ``latest``);
-``latest`` samples from the live weights and writes nothing here.
+Only runs whose selector can pick an older snapshot write a pool (it declares ``pool``;
+:data:`tsctl.seeds.selectors.SELECTORS`); ``latest`` samples from the live weights and writes nothing here.
 """
 
 from __future__ import annotations

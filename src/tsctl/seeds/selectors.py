@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tsctl.config.registry import Registry
+from tsctl.config.schema import SeedsConfig
 
 
 @dataclass(frozen=True)
@@ -55,56 +56,59 @@ class ArmStats:
         return len(self.steps)
 
 
-Selector = Callable[[ArmStats, int, np.random.Generator, str, float], list[int]]
-"""``(stats, prompts, rng, bandit, c) -> arm per prompt``; ``bandit`` and ``c`` are ``seeds.bandit``/``seeds.bandit_c``."""
+Selector = Callable[[ArmStats, int, np.random.Generator, SeedsConfig], list[int]]
+"""``(stats, prompts, rng, cfg) -> arm per prompt``; ``cfg`` is ``seeds``, of which a selector reads the keys it declares."""
 
-SELECTORS: Registry[Selector] = Registry("selector")
-"""Selectors by ``seeds.selector`` name."""
+SELECTORS: Registry[Selector] = Registry("selector", __package__, pool=False, arm_log=False, probes=False, reads=())
+"""Selectors by ``seeds.selector`` name, from any module of :mod:`tsctl.seeds`. Each declares what it needs:
+``pool`` (it chooses among older snapshots, so the run keeps a behaviour pool; without it the current
+weights write every seed), ``arm_log`` (its arms' rewards, ``seeds/pool/arms.jsonl``), ``probes`` (each
+snapshot's probe surprisal, :attr:`ArmStats.surprisal`) and ``reads`` (the ``seeds.*`` keys it reads)."""
 
 BANDITS = ("thompson", "ucb")
 """Values of ``seeds.bandit``."""
 
 
-def select(name: str, stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str = "thompson", c: float = 1.0) -> list[int]:
+def select(name: str, stats: ArmStats, prompts: int, rng: np.random.Generator, cfg: SeedsConfig) -> list[int]:
     """The arm (index into ``stats``, 0 = newest) of each of ``prompts`` prompts under selector ``name``."""
     selector = SELECTORS.get(name)
     if len(stats) == 0:
         raise ValueError("the behaviour pool is empty: a window needs at least one snapshot")
-    return selector(stats, prompts, rng, bandit, c)
+    return selector(stats, prompts, rng, cfg)
 
 
 @SELECTORS.register("latest")
-def _latest(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+def _latest(stats: ArmStats, prompts: int, rng: np.random.Generator, cfg: SeedsConfig) -> list[int]:
     return [0] * prompts
 
 
-@SELECTORS.register("oldest")
-def _oldest(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+@SELECTORS.register("oldest", pool=True)
+def _oldest(stats: ArmStats, prompts: int, rng: np.random.Generator, cfg: SeedsConfig) -> list[int]:
     return [len(stats) - 1] * prompts
 
 
-@SELECTORS.register("uniform")
-def _uniform(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+@SELECTORS.register("uniform", pool=True)
+def _uniform(stats: ArmStats, prompts: int, rng: np.random.Generator, cfg: SeedsConfig) -> list[int]:
     return [int(a) for a in rng.integers(0, len(stats), size=prompts)]
 
 
-@SELECTORS.register("max_entropy")
-def _max_entropy(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+@SELECTORS.register("max_entropy", pool=True, probes=True, reads=("probe_prompts", "probe_samples"))
+def _max_entropy(stats: ArmStats, prompts: int, rng: np.random.Generator, cfg: SeedsConfig) -> list[int]:
     if stats.surprisal is None or len(stats.surprisal) != len(stats):
         raise ValueError("max_entropy needs every arm's probe surprisal")
     return [int(np.argmax(stats.surprisal))] * prompts  # argmax takes the first (newest) of ties
 
 
-@SELECTORS.register("bandit")
-def _bandit(stats: ArmStats, prompts: int, rng: np.random.Generator, bandit: str, c: float) -> list[int]:
+@SELECTORS.register("bandit", pool=True, arm_log=True, reads=("bandit", "bandit_c"))
+def _bandit(stats: ArmStats, prompts: int, rng: np.random.Generator, cfg: SeedsConfig) -> list[int]:
     pulls = np.asarray(stats.pulls if len(stats.pulls) else [0] * len(stats), dtype=np.float64)
     rewards = np.asarray(stats.rewards if len(stats.rewards) else [0.0] * len(stats), dtype=np.float64)
-    if bandit == "ucb":
-        return [ucb_arm(pulls, rewards, c)] * prompts
-    if bandit == "thompson":
-        draws = rng.normal(rewards / (pulls + 1), c / np.sqrt(pulls + 1), size=(prompts, len(stats)))
+    if cfg.bandit == "ucb":
+        return [ucb_arm(pulls, rewards, cfg.bandit_c)] * prompts
+    if cfg.bandit == "thompson":
+        draws = rng.normal(rewards / (pulls + 1), cfg.bandit_c / np.sqrt(pulls + 1), size=(prompts, len(stats)))
         return [int(a) for a in draws.argmax(axis=1)]
-    raise ValueError(f"unknown bandit {bandit!r}; choose one of {', '.join(BANDITS)}")
+    raise ValueError(f"unknown bandit {cfg.bandit!r}; choose one of {', '.join(BANDITS)}")
 
 
 def ucb_arm(pulls: np.ndarray, rewards: np.ndarray, c: float) -> int:

@@ -17,7 +17,7 @@ tokens (unfinished when cut). Slot ``j`` of a prompt served at step ``s`` takes 
 prompt without a trace gets no seeds (its samples are plain); before training, a file that covers
 no train prompt is refused and one that covers only some says how many (:meth:`TraceSource.coverage`).
 pi_b of a trace is unknown: the shard stores NaN log-probs and entropies, and
-``seeds.trace_logprobs`` decides the ratio of its prefix tokens (:mod:`tsctl.seeds.unknown_logprobs`).
+``seeds.trace_logprobs`` decides the ratio of its prefix tokens (:mod:`tsctl.trainer.denominators`).
 ``truncation=entropy`` needs pi_b's entropies and is refused with traces.
 
 Both write the seed shard's columns; ``checkpoint`` says where a seed came from (``model:<path>``,
@@ -27,7 +27,6 @@ window's first step (so ``seeds/behaviour_age`` counts steps since the seeds wer
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Callable, Sequence
 
@@ -37,7 +36,7 @@ from transformers import PreTrainedTokenizerBase
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
-from tsctl.engines.factory import build_engine
+from tsctl.engines.factory import build_engine, in_process
 from tsctl.models.loading import load_model
 from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
@@ -67,8 +66,7 @@ class ModelSource:
         self.model, tokenizer = load_model(self.where, cfg.model.dtype, cfg.model.device, key="seeds.source_path")
         check_tokenizer(formatter.tokenizer, tokenizer, self.where)
         self.model.eval()
-        hf = dataclasses.replace(cfg.engine, name="hf")
-        self.engine = build_engine(hf, self.model, formatter.end_ids, formatter.pad_id, self.where, seed=cfg.seed, compute_dtype=compute_dtype(cfg, self.model))
+        self.engine = build_engine(in_process(cfg.engine), self.model, formatter.end_ids, formatter.pad_id, self.where, seed=cfg.seed, compute_dtype=compute_dtype(cfg, self.model))
 
     def columns(self, problems: Sequence[Problem], k: int, first: int, serve_steps: Sequence[int], sample_seed: int) -> dict[str, list]:
         """``k`` seeds per problem written by the other model, pi_b its teacher-forced log-probs."""
@@ -85,7 +83,10 @@ class TraceSource:
         self.cfg, self.formatter, self.task = cfg, formatter, task
         self.where = str(cfg.seeds.source_path)
         fields = {"prompt_id": "prompt_id", "question": "question", "response": "response"}
-        records, _ = read_records(self.where, fields, optional=("prompt_id", "question"))
+        records, _ = read_records(
+            self.where, fields, optional=("prompt_id", "question"), skip_key=None, path_key="seeds.source_path",
+            fix=lambda key: f"every trace needs its text in a {key!r} field",
+        )
         self.by_id: dict[str, list[tuple[list[int], bool]]] = {}
         self.by_question: dict[str, list[tuple[list[int], bool]]] = {}
         for record in records:

@@ -73,8 +73,11 @@ Strategy = Callable[[Sequence[int], int, CutContext, SeedsConfig, np.random.Gene
 SCHEDULES: tuple[str, ...] = ("cosine", "linear")
 """Shapes of the ``schedule`` strategy (``seeds.schedule``)."""
 
-STRATEGIES: Registry[Strategy] = Registry("truncation strategy")
-"""The strategies by name (the values of ``truncation``)."""
+STRATEGIES: Registry[Strategy] = Registry("truncation strategy", __package__, reads=(), largest=None, entropies=False)
+"""The strategies by name (the values of ``truncation``), from any module of :mod:`tsctl.seeds`. Each declares
+``reads`` (the ``seeds.*`` keys it reads; another strategy's keys are refused as idle), ``largest`` (the
+largest fraction it cuts at, from ``seeds``: a strategy whose largest is 0 is refused; None: not a
+fraction) and ``entropies`` (it needs pi_b's per-token entropies, which a trace file lacks)."""
 
 
 def cut_span(response_ids: Sequence[int], ctx: CutContext, cfg: SeedsConfig) -> int:
@@ -155,7 +158,7 @@ def _at_fraction(fraction: float, span: int) -> int:
     return min(span, max(0, math.floor(fraction * span + 0.5)))
 
 
-@STRATEGIES.register("fixed")
+@STRATEGIES.register("fixed", reads=("fraction",), largest=lambda s: s.fraction)
 def _fixed(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -163,7 +166,7 @@ def _fixed(
     return _at_fraction(cfg.fraction, span)
 
 
-@STRATEGIES.register("uniform")
+@STRATEGIES.register("uniform", reads=("lo", "hi"), largest=lambda s: s.hi)
 def _uniform(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -171,7 +174,7 @@ def _uniform(
     return _at_fraction(rng.uniform(cfg.lo, cfg.hi), span)
 
 
-@STRATEGIES.register("boundary")
+@STRATEGIES.register("boundary", reads=("lo", "hi"), largest=lambda s: s.hi)
 def _boundary(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -183,7 +186,7 @@ def _boundary(
     return min(after_boundary, key=lambda cut: (abs(cut - target), cut))
 
 
-@STRATEGIES.register("entropy")
+@STRATEGIES.register("entropy", reads=("entropy_window",), entropies=True)
 def _entropy(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:
@@ -205,7 +208,7 @@ def _entropy(
     return int(np.argmax(entropies))
 
 
-@STRATEGIES.register("schedule")
+@STRATEGIES.register("schedule", reads=("schedule", "schedule_start", "schedule_end"), largest=lambda s: max(s.schedule_start, s.schedule_end))
 def _schedule(
     ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
 ) -> int:

@@ -20,6 +20,12 @@ A point's folder name joins its swept ``key=value`` pairs with ``-``. Running th
 failed ones resume from their newest checkpoint. A failing point is recorded as ``failed`` in its
 manifest and the others go on; the summary lists it.
 
+One sweep, one ``tsctl ablate`` at a time: the command holds the sweep folder's lock (``.lock``,
+:mod:`tsctl.io.run_lock`) while it trains and reports, and a second one on the same sweep is refused
+in one line. A point's files are written only under that point's own lock (its training, its final
+evaluation, and the ``failed`` mark of its error handler), so a ``tsctl train ... resume=true`` run
+by hand on a point at the same time cannot be marked failed or overwritten by the sweep.
+
 Launchers (Hydra plugins; choose with ``hydra/launcher=...``):
 
 - sequential (Hydra's ``basic`` launcher): the default, one point after another in this process;
@@ -54,15 +60,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
-from tsctl.config.idle import idle_settings
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
-from tsctl.io import arithmetic
+from tsctl.io import arithmetic, atomic
 from tsctl.io.progress import console
-from tsctl.io.runs import RunDir, RunError
+from tsctl.io.runs import RunDir, RunError, held
 from tsctl.seeds.base import uses_seeds
-from tsctl.stages.compose import check, compose_config
+from tsctl.stages.compose import check, compose_config, idle_settings
 from tsctl.stages.report.points import FINAL_EVAL
 
 LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
@@ -186,7 +191,6 @@ def _argv(argv: list[str]) -> Iterator[None]:
 def launch(sweep: Sweep) -> None:
     """Run every point through Hydra multirun with the chosen launcher."""
     register_schema()
-    sweep.path.mkdir(parents=True, exist_ok=True)
     os.environ[POINTS_ENV] = str(len(sweep.points))  # parallel workers inherit it (distributed.job_pinning)
     with _argv(hydra_argv(sweep)):
         hydra_point()
@@ -204,8 +208,12 @@ def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
     options = compose_config([o for o in overrides if is_report_override(o)]).cfg.report
     sweep = plan([o for o in overrides if not is_report_override(o)])
     console.print(f"sweep: {len(sweep.points)} point(s) into {sweep.path}", highlight=False)
-    launch(sweep)
-    report(sweep.path, baseline=options.baseline, level=options.level, equivalence_margin=options.equivalence_margin)
+    with atomic.writing(sweep.path):
+        sweep.path.mkdir(parents=True, exist_ok=True)
+    with held(sweep.path, f"sweep {sweep.path} is in use by {{owner}} (another `tsctl ablate` of it); wait for that one to "
+              "end (or stop it), then rerun this command: completed points are skipped"):
+        launch(sweep)
+        report(sweep.path, baseline=options.baseline, level=options.level, equivalence_margin=options.equivalence_margin)
     failed = [run.path.name for run in find_runs(sweep.path) if run.status != "completed"]
     return sweep.path, failed
 
@@ -258,7 +266,12 @@ def train_argv(overrides: list[str], cfg: TsctlConfig) -> list[str]:
 
 
 def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
-    """Train (or resume) one point and evaluate its final checkpoint; a failure is recorded, not raised."""
+    """Train (or resume) one point and evaluate its final checkpoint; a failure is recorded, not raised.
+
+    Training holds the point's lock itself (:func:`tsctl.stages.train.train`); the final evaluation and
+    the record of a failure take it here, and a failure while another process holds it (a point being
+    trained by hand) is reported but leaves that process's manifest alone.
+    """
     from tsctl.models.loading import resolve_device
     from tsctl.stages.train import train
 
@@ -267,19 +280,22 @@ def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
         console.print(f"point {folder.name}: completed, skipped", highlight=False)
         return
     console.print(f"point {folder.name}: {'resuming' if run.manifest() else 'starting'}", highlight=False)
+    busy = f"point {folder} is in use by {{owner}}; wait for it to end, then rerun the sweep"
     try:
         composed = point_config(node, folder)
         if run.manifest().get("status") != "completed":
             with _argv(train_argv(overrides, composed.cfg)):
                 train(composed)
-        with arithmetic.threads_kept():  # the final checkpoint is scored at the threads the run trained with
+        with held(folder, busy), arithmetic.threads_kept():  # the final checkpoint is scored at the threads the run trained with
             arithmetic.resume_as_started(run.manifest().get("arithmetic"), resolve_device(composed.cfg.model.device), doing="evaluating")
             write_final_eval(composed.cfg, run)
-        if composed.cfg.logger.name == "wandb":
-            publish(composed, run)
+            if composed.cfg.logger.name == "wandb":
+                publish(composed, run)
     except Exception as err:
-        run.set_status("failed", error=f"{type(err).__name__}: {err}")
         console.print(f"[red]point {folder.name} failed[/red]\n{traceback.format_exc()}", highlight=False)
+        holder = run.mark_failed(f"{type(err).__name__}: {err}")
+        if holder is not None:
+            console.print(f"point {folder.name}: not marked failed, {holder} holds it", highlight=False)
 
 
 def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
@@ -299,8 +315,6 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
 
 def write_final_eval(cfg: TsctlConfig, run: RunDir) -> None:
     """Evaluate the final checkpoint and store ``final_eval.json`` in the run folder."""
-    from tsctl.io import atomic
-
     atomic.write_json(run.path / FINAL_EVAL, final_eval(cfg, run))
 
 

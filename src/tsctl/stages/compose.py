@@ -14,21 +14,19 @@ from pathlib import Path
 from tsctl.algo.losses import AGGREGATIONS
 from tsctl.config.compose import Composed, compose_node
 from tsctl.config.errors import ConfigError
-from tsctl.config.idle import idle_settings
+from tsctl.config.idle import idle_settings as settings_idle
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.validate import one_of, validate
-from tsctl.distributed.world import from_env
 from tsctl.engines.factory import ENGINES
-from tsctl.engines.vllm import torchrun_settings
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.selectors import BANDITS, SELECTORS
 from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import SCHEDULES, STRATEGIES
-from tsctl.seeds.unknown_logprobs import TRACE_LOGPROBS
 from tsctl.tasks.benchmarks import available_benchmarks
 from tsctl.tasks.grading import GRADERS
 from tsctl.tasks.records import ANSWER_RULES
 from tsctl.tasks.registry import TASKS
+from tsctl.trainer.denominators import TRACE_LOGPROBS
 
 
 def compose_config(overrides: list[str] | None = None, idle: bool = False) -> Composed:
@@ -50,22 +48,45 @@ def check(cfg: TsctlConfig, idle: bool = False) -> TsctlConfig:
     :func:`tsctl.stages.ablate.plan`); return ``cfg`` unchanged or raise :class:`ConfigError`."""
     check_names(cfg)
     validate(cfg)
+    check_needs(cfg)
     if uses_seeds(cfg) and seeded_count(cfg) == 0:
         least = 50 / cfg.trainer.n
         raise ConfigError(
             "ratio", f"ratio={cfg.ratio:g} seeds no sample of a group of trainer.n={cfg.trainer.n} (round(n * ratio / 100) = 0); "
             f"use ratio > {least:g} for one seeded sample per group, or ratio=0 for plain DAPO"
         )
-    if cfg.engine.name == "vllm":
-        try:
-            torchrun_settings(cfg.engine.tensor_parallel_size, from_env())
-        except ValueError as err:
-            raise ConfigError("engine.tensor_parallel_size", str(err)) from None
     if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
     if idle and (errors := idle_settings(cfg)):
         raise errors[0]
     return cfg
+
+
+def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
+    """:func:`tsctl.config.idle.idle_settings` with the truncation strategies and selectors that declare what they read."""
+    return settings_idle(cfg, STRATEGIES, SELECTORS)
+
+
+def check_needs(cfg: TsctlConfig) -> None:
+    """What the named task, engine, truncation and selector declare: their own checks and what they need of the others."""
+    TASKS.needs(cfg.task.name).check(cfg.task)
+    e, s, tr = cfg.engine, cfg.seeds, cfg.trainer
+    ENGINES.needs(e.name).check(cfg)
+    if tr.old_logprobs == "engine" and (not ENGINES.needs(e.name).own_logprobs or e.top_p != 1):
+        raise ConfigError(
+            "trainer.old_logprobs",
+            f"'engine' needs engine=hf with engine.top_p=1 (got engine={e.name}, top_p={e.top_p:g}): other engines' "
+            "numerics differ from the trainer's and a nucleus changes the distribution; use auto or recompute",
+        )
+    if SELECTORS.needs(s.selector).pool:
+        if s.source != "self":
+            raise ConfigError("seeds.selector", f"{s.selector!r} chooses among the run's own snapshots, but seeds.source={s.source}; use seeds.selector=latest")
+        if s.pool_size < 2:
+            raise ConfigError("seeds.pool_size", f"seeds.selector={s.selector} needs a pool of 2 or more snapshots to choose from (got {s.pool_size}); e.g. seeds.pool_size=4")
+        if cfg.refresh == 0:
+            raise ConfigError("seeds.selector", f"{s.selector!r} needs snapshots from several refresh windows, but refresh=0 keeps only the initial model; set refresh > 0")
+    if s.source == "traces" and STRATEGIES.needs(cfg.truncation).entropies:
+        raise ConfigError("truncation", f"{cfg.truncation!r} needs the behaviour policy's entropies, which a trace file does not have; choose another truncation")
 
 
 def check_names(cfg: TsctlConfig) -> None:

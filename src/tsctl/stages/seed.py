@@ -21,6 +21,7 @@ from tsctl.io.runs import SEEDS_FILE, shard_dir
 from tsctl.io.shards import write_shard
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.generate import seed_columns
+from tsctl.seeds.selectors import SELECTORS
 from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.schedule import step_prompts
 from tsctl.trainer.rollout import servable_task
@@ -32,8 +33,9 @@ def seed(composed: Composed) -> Path:
     if not uses_seeds(cfg):
         raise ConfigError("ratio", "ratio=0 seeds no sample; use e.g. ratio=25")
     k = seeded_count(cfg)
-    for key, value, default in (("seeds.source", cfg.seeds.source, "self"), ("seeds.selector", cfg.seeds.selector, "latest")):
-        if value != default:
+    source, selector = cfg.seeds.source, cfg.seeds.selector
+    for key, value, elsewhere in (("seeds.source", source, source != "self"), ("seeds.selector", selector, SELECTORS.needs(selector).pool)):
+        if elsewhere:
             raise ConfigError(key, f"tsctl seed writes the seeds of shards.checkpoint only; {key}={value} applies to tsctl train")
     out = shard_dir(cfg) / SEEDS_FILE
     if out.exists() and not cfg.shards.overwrite:

@@ -44,56 +44,38 @@ and the update equals one process's on that batch (:mod:`tsctl.trainer.parallel`
 the run's files, checkpoints are torch.distributed.checkpoint shards plus the HF export
 (:mod:`tsctl.io.sharded_checkpoints`). Without ``torchrun`` nothing of this exists.
 
-Where each part lives: :func:`train` sets the run up (model, engine, data, optimiser, seed bank,
-run folder) and runs the step loop with held-out evaluation and checkpoints; :func:`train_step` is
-one step, steps 1-6 above, over the run's :class:`~tsctl.trainer.context.StepContext`.
+Where each part lives: :func:`train` holds the run folder, its lock, the metric sinks and the
+signals, and runs the step loop with held-out evaluation and checkpoints; the trainer
+(:mod:`tsctl.trainer.step`) sets the run's :class:`~tsctl.trainer.context.StepContext` up (model,
+engine, data, optimiser, seed bank) and takes each step, steps 1-6 above.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
-from transformers import PreTrainedTokenizerBase
 
-from tsctl.config.rng import Stream, step_seed
-from tsctl.config.schema import TsctlConfig
 from tsctl.distributed import world as ranks
-from tsctl.engines.factory import build_engine
 from tsctl.evaluation.scoring import heldout_metrics
 from tsctl.io import arithmetic, faults
 from tsctl.io.progress import console, make_progress
 from tsctl.io.resume_plan import plan_resume
+from tsctl.io.runs import RunDir, locate_run, open_run
+from tsctl.io.sinks import MetricsSink
 from tsctl.io.world_segments import with_segment, world_change
-from tsctl.models.batch import pack
 from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
-from tsctl.models.precision import compute_dtype, model_device, require_fp32_master
-from tsctl.models.prompts import PromptFormatter
-from tsctl.seeds.bank import SeedBank
-from tsctl.seeds.base import uses_seeds
-from tsctl.seeds.unknown_logprobs import ratio_denominators
+from tsctl.models.precision import require_fp32_master
 from tsctl.stages.warmup import base_model_path
 from tsctl.trainer.checkpointing import checkpoint, resume
-from tsctl.trainer.context import StepContext
-from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
-from tsctl.trainer.optim import load_trainable, make_optimizer
-from tsctl.trainer.parallel import DataParallel, Parallel
-from tsctl.trainer.pi_old import step_pi_old
-from tsctl.trainer.reference import load_reference, reference_logprobs
-from tsctl.trainer.rewards import sample_advantages
-from tsctl.trainer.rollout import sample_groups, servable_task
-from tsctl.trainer.rollout_shard import write_step_rollouts
-from tsctl.trainer.step_metrics import rollout_metrics
+from tsctl.trainer.nonfinite import NonFiniteError
+from tsctl.trainer.step import run_step, setup
 from tsctl.trainer.stop_signals import Interrupted, StopSignals
-from tsctl.trainer.update import policy_update
 
 if TYPE_CHECKING:
     from tsctl.config.compose import Composed
-    from tsctl.io.runs import RunDir
-    from tsctl.io.sinks import MetricsSink
 
 T = TypeVar("T")
 
@@ -101,8 +83,9 @@ T = TypeVar("T")
 def train(composed: Composed) -> RunDir:
     """Run (or resume) the RL loop described in the module docstring; returns the run folder.
 
-    The model, data and engine are loaded before the run folder is created (a failed start leaves
-    none); the folder is then held locked until the run ends (see :func:`tsctl.io.runs.open_run`).
+    A new run's model, data and engine are loaded before its folder is created (a failed start leaves
+    none); a resume takes the folder's lock first, then chooses its checkpoint. The folder is held
+    locked until the run ends (see :func:`tsctl.io.runs.open_run`).
     Under ``torchrun`` every rank runs this; rank 0 alone creates, locks and writes the run folder.
     """
     require_fp32_master(composed.cfg.model.dtype)
@@ -122,63 +105,62 @@ def train(composed: Composed) -> RunDir:
 
 
 def _train(composed: Composed, world: ranks.World) -> RunDir:
-    # Run folders and metric sinks need OmegaConf; train_step and the rest of this module do not
-    # (bench/gpu_check.py drives train_step on images without Hydra or OmegaConf).
-    from tsctl.io.runs import locate_run, open_run
-    from tsctl.io.sinks import MetricsSink
-
     cfg, tr = composed.cfg, composed.cfg.trainer
     located = locate_run(cfg, composed.node, "train")
-    plan = plan_resume(located.path, tr.eval_every > 0)
-    resume_from = plan.start
-    device = resolve_device(cfg.model.device)
-    recorded = located.manifest().get("arithmetic") if cfg.resume else None
-    arithmetic.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
-    base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
-    ctx, tokenizer = setup(cfg, str(resume_from[1] if resume_from else base), base, located, world)
-    if ctx.seeds is not None and resume_from:
-        ctx.seeds.check_resume(resume_from[0])
-    run = _rank_0_first(lambda: open_run(cfg, composed.node, "train") if world.main else located)
+
+    def claim() -> RunDir:
+        return open_run(cfg, composed.node, "train") if world.main else located
+
+    # A resume holds the run's lock before it reads where to start: another process may be training it.
+    run = _rank_0_first(claim) if cfg.resume else None
+    try:
+        plan = plan_resume(located.path, tr.eval_every > 0)
+        faults.hit("resume-planned")
+        device = resolve_device(cfg.model.device)
+        recorded = located.manifest().get("arithmetic") if cfg.resume else None
+        arithmetic.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
+        base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
+        ctx, tokenizer = setup(cfg, str(plan.start[1] if plan.start else base), base, located, world)
+        if ctx.seeds is not None and plan.start:
+            ctx.seeds.check_resume(plan.start[0])
+        if run is None:  # a new run's folder is made once its model and data have loaded
+            run = _rank_0_first(claim)
+        start = 0
+        if plan.start:
+            start = plan.start[0]
+            resume(ctx, plan.start[1])
+        else:
+            torch.manual_seed(cfg.seed)
+        if world.main:
+            kept = plan.apply()  # the step logs as the resume leaves them; damaged lines set aside
+            if cfg.resume:
+                console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
+            started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
+            before = run.manifest() if cfg.resume else {}
+            if (note := world_change(before, start, world.size)) is not None:
+                console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+            run.mark_running(started_step=start, base_model=base_model_entry(cfg, base), **started, **with_segment(before, start, world.size))
+    except BaseException:
+        if run is not None:
+            run.close()  # the manifest stays as it was: this start trained nothing
+        raise
     if ctx.seeds is not None and cfg.algo.dynamic_sampling:
         console.print(
             "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
             f"ratio={cfg.ratio:g}% of the kept samples are seeded (the metrics' tokens_by_source show how many)",
             highlight=False,
         )
-    start = 0
-    if resume_from:
-        start = resume_from[0]
-        resume(ctx, resume_from[1])
-    else:
-        torch.manual_seed(cfg.seed)
-    if world.main:
-        kept = plan.apply()  # the step logs as the resume leaves them; damaged lines set aside
-        if cfg.resume:
-            console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
-        started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
-        before = run.manifest() if cfg.resume else {}
-        if (note := world_change(before, start, world.size)) is not None:
-            console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-        run.set_status("running", started_step=start, base_model=base_model_entry(cfg, base), **started, **with_segment(before, start, world.size))
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
     sink = MetricsSink(run, cfg.logger, composed.node) if world.main else None
     try:
-        if start == 0 and tr.eval_every:
-            _log(sink, {"step": 0, **heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, 0)})
         with make_progress() as progress, StopSignals(tr.steps, tr.checkpoint_on_signal) as signals:
+            if start == 0 and tr.eval_every:
+                _log(sink, {"step": 0, **heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, 0)})
+                signals.check(0, 0, lambda: None)  # a signal during the step-0 evaluation: nothing to save yet
             bar = progress.add_task("train", total=tr.steps, completed=start, status="")
             saved = start
             for step in range(start, tr.steps):
-                t_seeds = time.perf_counter()
-                if ctx.seeds is not None:
-                    ctx.seeds.prepare(step, ctx.parallel.inference, ctx.engine)
-                seeds_time = time.perf_counter() - t_seeds
-                ctx.guard.begin_step(step + 1)
-                record = train_step(step, ctx)
-                # Seed generation (at refresh steps) counts toward the step that triggered it.
-                record["time/seeds"] = seeds_time
-                record["time/step"] += seeds_time
-                record["torch_threads"] = torch.get_num_threads()
+                record = run_step(step, ctx)
                 done = step + 1
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
                     record.update(heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, done))
@@ -227,84 +209,8 @@ def _log(sink: MetricsSink | None, record: dict) -> bool:
     return True
 
 
-def setup(
-    cfg: TsctlConfig, path: str, base: str, located: RunDir, world: ranks.World = ranks.SINGLE
-) -> tuple[StepContext, PreTrainedTokenizerBase]:
-    """The run's step context and tokenizer: the policy from ``path`` (the base model ``base`` or a
-    checkpoint to resume; sharded over ``world`` under ``torchrun``), its engine, the task's train
-    split, the optimiser, the KL reference (from ``base``) and, in a Thinking Seeds run, the seed
-    bank of the run folder ``located``."""
-    model, tokenizer = load_trainable(cfg, path)
-    dtype = compute_dtype(cfg, model)
-    parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
-    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
-    engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype)
-    task = servable_task(cfg, formatter, engine)
-    problems = task.problems("train")
-    task.problems("heldout")  # checked now, not at the first evaluation
-    optimizer, scheduler = make_optimizer(cfg, model)
-    ref_model = load_reference(cfg, base)
-    seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None
-    guard = NonFiniteGuard(cfg.trainer.nonfinite, cfg.trainer.max_nonfinite_skips)
-    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard, parallel=parallel)
-    return ctx, tokenizer
-
-
 def _status(record: dict) -> str:
     text = f"reward {record['reward/mean']:.3f}  entropy {record['entropy']:.3f}"
     if "eval/greedy_accuracy" in record:
         text += f"  held-out {record['eval/greedy_accuracy']:.3f}"
     return text
-
-
-def train_step(step: int, ctx: StepContext) -> dict[str, float]:
-    """One step (rollout, advantages, old log-probs, update) of the run ``ctx``; returns its metrics record.
-
-    ``step`` counts from 0 (the record's ``step`` from 1). With ``ctx.rollouts_dir`` the step's samples
-    are also written there; a non-finite loss, gradient or parameter raises :class:`NonFiniteError`.
-    Under ``torchrun`` every rank returns the same record (of the global batch).
-    """
-    cfg, model, engine, parallel = ctx.cfg, ctx.model, ctx.engine, ctx.parallel
-    sampler = parallel.inference  # the model itself, or this rank's full copy of the sharded one
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    samples = sample_groups(step, ctx)
-    timings["time/generate"] = time.perf_counter() - t0
-    faults.hit("step-sampled")
-
-    advantages = sample_advantages(samples, cfg)
-    attribution = ctx.seeds.observe(step, samples, advantages) if ctx.seeds is not None else {}
-    batch = pack(samples, advantages, ctx.formatter.pad_id, model_device(sampler))
-    if ctx.rollouts_dir is not None and parallel.world.main:
-        write_step_rollouts(ctx.rollouts_dir, step, samples, advantages)
-
-    engine.sleep()  # rollouts are done: an engine with its own GPU memory frees it for the update
-    t1 = time.perf_counter()
-    old = step_pi_old(cfg, engine, sampler, samples, batch, parallel.map_rows)
-    ref = parallel.map_rows(lambda rows: (reference_logprobs(ctx.ref_model, rows, cfg),), batch)[0] if ctx.ref_model is not None else None
-    timings["time/old_logprobs"] = time.perf_counter() - t1
-
-    t2 = time.perf_counter()
-    denominators = ratio_denominators(old.logprobs, batch, cfg, sampler, old.from_engine)
-    shuffle = torch.Generator().manual_seed(step_seed(cfg.seed, step, Stream.SHUFFLE))
-    update = policy_update(model, ctx.optimizer, ctx.scheduler, batch, denominators, cfg, shuffle, ref, ctx.guard, parallel, old.engine_logprobs)
-    timings["time/update"] = time.perf_counter() - t2
-    t3 = time.perf_counter()
-    parallel.sync_engine(engine)
-    engine.wake_up()
-    timings["time/weight_sync"] = time.perf_counter() - t3
-    timings["time/step"] = time.perf_counter() - t0
-    generated = sum(len(s.generated_ids) for s in samples)
-    trained = int(batch.attention_mask.sum()) * cfg.trainer.epochs
-    return {
-        "step": step + 1,
-        **rollout_metrics(samples, batch, old.entropy, list(cfg.trainer.position_bins), step),
-        **attribution,
-        **old.gap,
-        **update.means(),
-        **timings,
-        "lr": ctx.scheduler.get_last_lr()[0],
-        "samples": len(samples),
-        "generate_tokens_per_s": generated / max(timings["time/generate"], 1e-9),
-        "train_tokens_per_s": trained / max(timings["time/update"], 1e-9),
-    }

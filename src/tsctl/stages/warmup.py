@@ -9,7 +9,6 @@ built-in model is warmed up once per architecture, warm-up settings and task
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Sequence
@@ -17,7 +16,7 @@ from typing import Sequence
 from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
-from tsctl.engines.factory import build_engine
+from tsctl.engines.factory import build_engine, in_process
 from tsctl.evaluation.scoring import greedy_accuracy
 from tsctl.models.builtin import WARMUP_REPORT, Scorer, ensure_builtin
 from tsctl.models.prompts import PromptFormatter
@@ -40,7 +39,7 @@ def heldout_scorer(cfg: TsctlConfig) -> Scorer:
     which a ``vllm`` engine would load from)."""
 
     def score(model: PreTrainedModel, formatter: PromptFormatter, task: Task, problems: Sequence[Problem]) -> float:
-        engine = build_engine(dataclasses.replace(cfg.engine, name="hf"), model, formatter.end_ids, formatter.pad_id)
+        engine = build_engine(in_process(cfg.engine), model, formatter.end_ids, formatter.pad_id)
         return greedy_accuracy(engine, formatter, task, problems, cfg.engine.max_new_tokens)
 
     return score

@@ -128,6 +128,7 @@ def load_benchmark(
         answer_rule=cfg.answer_rule,
         optional=("solution",),
         fix=lambda key: f"set {key}_field in the {cfg.name} benchmark config to the field that holds the {key}",
+        skip_key="eval.on_bad_row",
     )
     if cfg.path is not None:
         records, skipped = read_records(resolve_path(cfg.path), fields, on_bad_row, file_format=cfg.format, **options)

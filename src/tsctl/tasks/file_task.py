@@ -77,6 +77,8 @@ class FileTask:
             answer_rule=cfg.answer_rule,
             optional=("solution",),
             fix=lambda key: f"set task.file.{key}_field=<the field that holds the {key}>",
+            skip_key="task.file.on_bad_row",
+            path_key=f"task.file.{key}",
         )
         if skipped:
             logger.warning("%s: skipped %d malformed rows (on_bad_row=skip)", path, skipped)

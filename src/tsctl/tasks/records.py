@@ -12,6 +12,7 @@ import ast
 import json
 import math
 import re
+import shlex
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,8 @@ def read_records(
     optional: Collection[str] = (),
     file_format: str = "auto",
     fix: Callable[[str], str] | None = None,
+    skip_key: str | None = "on_bad_row",
+    path_key: str | None = None,
 ) -> tuple[list[Record], int]:
     """Read and map every row of a JSONL or Parquet file.
 
@@ -68,6 +71,10 @@ def read_records(
         file_format: one of :data:`FORMATS`.
         fix: for an output key, the advice appended to a missing-field message (e.g.
             ``"set task.file.question_field=<field>"``).
+        skip_key: the setting that skips bad rows, suggested in their messages (e.g.
+            ``task.file.on_bad_row``); None where there is none (the rows must be fixed).
+        path_key: the setting that names the file, to point at a converted copy (e.g.
+            ``task.file.train_path``).
 
     Returns:
         ``(records, skipped)``: the good rows in file order and the number of bad rows skipped.
@@ -80,9 +87,9 @@ def read_records(
     if not path.is_file():
         raise DataError(f"data file not found: {path} (resolved to {path.resolve()})")
     kind = _format_of(path, file_format)
-    rows = _jsonl_rows(path) if kind == "jsonl" else _parquet_rows(path)
+    rows = _jsonl_rows(path, skip_key, path_key) if kind == "jsonl" else _parquet_rows(path)
     unit = "line" if kind == "jsonl" else "row"
-    return map_rows(rows, f"{path} {unit}", fields, on_bad_row, answer_rule=answer_rule, optional=optional, fix=fix)
+    return map_rows(rows, f"{path} {unit}", fields, on_bad_row, answer_rule=answer_rule, optional=optional, fix=fix, skip_key=skip_key)
 
 
 def map_rows(
@@ -94,6 +101,7 @@ def map_rows(
     answer_rule: str = "field",
     optional: Collection[str] = (),
     fix: Callable[[str], str] | None = None,
+    skip_key: str | None = "on_bad_row",
 ) -> tuple[list[Record], int]:
     """Map ``(number, row)`` pairs (a row is a dict, or a :class:`DataError` for an unreadable line).
 
@@ -113,7 +121,8 @@ def map_rows(
             records.append(Record(number, _map_row(row, fields, answer_rule, optional, fix)))
         except DataError as error:
             if on_bad_row == "error":
-                raise DataError(f"{where} {number}: {error} (or set on_bad_row=skip to skip such rows)") from None
+                skip = f" (or set {skip_key}=skip to skip such rows)" if skip_key else "; fix or remove that row"
+                raise DataError(f"{where} {number}: {error}{skip}") from None
             skipped += 1
     return records, skipped
 
@@ -201,27 +210,50 @@ def _format_of(path: Path, file_format: str) -> str:
     return kind
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+def _jsonl_rows(path: Path, skip_key: str | None, path_key: str | None) -> Iterator[tuple[int, Any]]:
     """``(line, object)`` for each non-blank line; a :class:`DataError` in place of malformed JSON.
 
     A line that is not UTF-8 stops the reading whatever ``on_bad_row`` says: it means the whole file
-    has another encoding, and skipping would silently drop every row with a non-ASCII character.
+    has another encoding, and skipping would silently drop every row with a non-ASCII character
+    (:func:`_not_utf8` says how to convert it; ``skip_key`` and ``path_key`` as in :func:`read_records`).
     """
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise DataError(
-                    f"{path} line {number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at column {error.start + 1}), so the file "
-                    f"has another encoding (on_bad_row=skip does not skip that); convert it, e.g. iconv -f latin1 -t utf-8 {path.name} > utf8-{path.name}"
-                ) from None
+                raise _not_utf8(path, number, raw, error.start, skip_key, path_key) from None
             if not line.strip():
                 continue
             try:
                 yield number, json.loads(line)
             except json.JSONDecodeError as error:
                 yield number, DataError(f"malformed JSON ({error.msg} at column {error.colno})")
+
+
+def _not_utf8(path: Path, number: int, raw: bytes, start: int, skip_key: str | None, path_key: str | None) -> DataError:
+    """The error for line ``number`` of ``path`` (bytes ``raw``), not UTF-8 from byte ``start`` on: the conversion of
+    the whole file from the encoding it has (UTF-16 by its byte-order mark, else Windows-1252 where that decodes it,
+    else Latin-1), or, where other lines hold UTF-8 text that a conversion would garble, the line to fix."""
+    what = f"{path} line {number}: not UTF-8 text (byte 0x{raw[start]:02x} at column {start + 1})"
+    data = path.read_bytes()
+    bom = data[:2] in (b"\xff\xfe", b"\xfe\xff")
+    utf8 = None if bom else next((n for n, line in enumerate(data.split(b"\n"), start=1) if not line.isascii() and _decodes(line, "utf-8")), None)
+    if utf8 is not None:
+        return DataError(f"{what}, while line {utf8} is UTF-8 text that converting the whole file would garble; re-save line {number} as UTF-8")
+    source = "utf-16" if bom else "cp1252" if _decodes(data, "cp1252") else "latin1"
+    converted = path.with_name(f"utf8-{path.name}")
+    then = f", then set {path_key}={converted}" if path_key else ""
+    ignored = f" ({skip_key}=skip does not skip that)" if skip_key else ""
+    return DataError(f"{what}, so the file has another encoding{ignored}; convert it: iconv -f {source} -t utf-8 {shlex.quote(str(path))} > {shlex.quote(str(converted))}{then}")
+
+
+def _decodes(data: bytes, encoding: str) -> bool:
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:

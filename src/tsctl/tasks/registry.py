@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TaskConfig
 from tsctl.tasks.base import Task
 
-TASKS: Registry[Callable[[TaskConfig], Task]] = Registry("task")
-"""Task builders by ``task.name``."""
+def _no_check(cfg: TaskConfig) -> None:
+    """A task whose settings are all range-checked by :mod:`tsctl.config.validate`."""
+
+
+TASKS: Registry[Callable[[TaskConfig], Task]] = Registry("task", __package__, check=_no_check)
+"""Task builders by ``task.name``, from any module of :mod:`tsctl.tasks`; each may declare ``check``, the
+settings of its ``task`` config it refuses (raising ConfigError)."""
 
 
 @TASKS.register("countdown")
@@ -26,7 +32,12 @@ def _arithmetic(cfg: TaskConfig) -> Task:
     return ArithmeticTask(cfg.arithmetic, cfg.train_size, cfg.heldout_size, cfg.data_seed)
 
 
-@TASKS.register("file")
+def _check_file(cfg: TaskConfig) -> None:
+    if not cfg.file.train_path:
+        raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file: task.file.train_path=data/train.jsonl")
+
+
+@TASKS.register("file", check=_check_file)
 def _file(cfg: TaskConfig) -> Task:
     from tsctl.tasks.file_task import FileTask
 
@@ -34,5 +45,5 @@ def _file(cfg: TaskConfig) -> Task:
 
 
 def build_task(cfg: TaskConfig) -> Task:
-    """The task named by ``cfg.name`` (``countdown``, ``arithmetic`` or ``file``)."""
+    """The task named by ``cfg.name`` (one of :data:`TASKS`)."""
     return TASKS.get(cfg.name)(cfg)

@@ -20,7 +20,7 @@ from tsctl.trainer.parallel import Parallel
 
 @dataclass
 class StepContext:
-    """Everything :func:`tsctl.stages.train.train_step` reads, built once per run.
+    """Everything :func:`tsctl.trainer.step.train_step` reads, built once per run (:func:`tsctl.trainer.step.setup`).
 
     Attributes:
         cfg: the run's config.

@@ -11,8 +11,9 @@
 - ``auto``: ``engine`` where that holds, else ``recompute``
   (:func:`tsctl.engines.own_logprobs.uses_engine_logprobs` decides).
 
-Either way prefix tokens take their ratio against the stored pi_b log-probs
-(:func:`tsctl.models.batch.old_logprobs`); seed shards take pi_b's log-probs from the same source.
+Either way prefix tokens take their ratio against the stored pi_b log-probs; :func:`step_pi_old` returns
+each token's denominator with pi_old (:mod:`tsctl.trainer.denominators`). Seed shards take pi_b's
+log-probs from the same source.
 
 A recomputed pi_old is never trusted silently against the engine's: :func:`logprob_gap` measures, per
 step, how far the engine's log-probs of the tokens it generated are from the trainer's (the step
@@ -36,6 +37,7 @@ from tsctl.engines.own_logprobs import uses_engine_logprobs
 from tsctl.models.batch import RolloutBatch
 from tsctl.models.logprobs import recompute_for
 from tsctl.models.samples import PREFIX, Sample
+from tsctl.trainer.denominators import ratio_denominators
 
 
 @dataclass
@@ -45,17 +47,18 @@ class PiOld:
     Attributes:
         logprobs: [B, T] pi_old's log-probs of the response tokens (0 on prefix tokens when from the engine).
         entropy: [B, T] pi_old's entropy at every response token.
-        from_engine: whether both came from the engine (else from a recompute).
         engine_logprobs: [B, T] the engine's log-probs of the tokens it generated, 0 on prefix tokens and
-            padding (:func:`engine_logprobs`; ``logprobs`` itself when ``from_engine``): what the rollout
+            padding (:func:`engine_logprobs`; ``logprobs`` itself when both came from the engine): what the rollout
             correction (``algo.rollout_correction``) weighs pi_old against.
+        denominators: [B, T] what each ratio is taken against: pi_b on prefix tokens, pi_old elsewhere,
+            unknown pi_b resolved (:func:`tsctl.trainer.denominators.ratio_denominators`).
         gap: the ``logprob_gap/*`` metrics of a recompute against the engine's log-probs (empty from the engine).
     """
 
     logprobs: torch.Tensor
     entropy: torch.Tensor
-    from_engine: bool
     engine_logprobs: torch.Tensor
+    denominators: torch.Tensor
     gap: dict[str, float] = field(default_factory=dict)
 
 
@@ -63,16 +66,19 @@ def step_pi_old(
     cfg: TsctlConfig, engine: Engine, model: PreTrainedModel, samples: Sequence[Sample], batch: RolloutBatch,
     map_rows: Callable[..., tuple[torch.Tensor | None, ...]] | None = None,
 ) -> PiOld:
-    """pi_old of ``batch`` (packed from ``samples``) from the source ``trainer.old_logprobs`` picks.
+    """pi_old of ``batch`` (packed from ``samples``) from the source ``trainer.old_logprobs`` picks, with the
+    ratio denominators it gives.
 
     ``map_rows`` spreads a recompute over the ranks (:meth:`tsctl.trainer.parallel.Parallel.map_rows`); None: one process.
     """
     if uses_engine_logprobs(cfg, engine, model):
         logprobs, entropy = engine_stats(samples, batch)
-        return PiOld(logprobs, entropy, from_engine=True, engine_logprobs=logprobs)
+        denominators = ratio_denominators(logprobs, batch, cfg, model, engine_old=True)
+        return PiOld(logprobs, entropy, engine_logprobs=logprobs, denominators=denominators)
     sampled = engine_logprobs(samples, batch)
     logprobs, entropy = (map_rows or _whole)(lambda rows: recompute_for(cfg, model, rows), batch)
-    return PiOld(logprobs, entropy, from_engine=False, engine_logprobs=sampled, gap=logprob_gap(sampled, logprobs, batch))
+    denominators = ratio_denominators(logprobs, batch, cfg, model, engine_old=False)
+    return PiOld(logprobs, entropy, engine_logprobs=sampled, denominators=denominators, gap=logprob_gap(sampled, logprobs, batch))
 
 
 def _whole(fn: Callable[[RolloutBatch], tuple], batch: RolloutBatch) -> tuple:

@@ -1,7 +1,9 @@
 """SIGTERM and SIGINT as a checkpoint: a signalled run stops at the end of its current step.
 
-SIGTERM is how Slurm preempts a job and how ``timeout`` stops one; SIGINT is Ctrl-C. While the step
-loop runs (:class:`StopSignals`), the first of either is only noted: the step under way is finished,
+SIGTERM is how Slurm preempts a job and how ``timeout`` stops one; SIGINT is Ctrl-C. While the step-0
+evaluation and the step loop run (:class:`StopSignals`), the first of either is only noted (during
+the setup before them a signal ends the process as usual: a new run has no folder yet and a resumed
+one's manifest is untouched until its start has loaded): the step under way is finished,
 not abandoned, because a finished step is exactly the step an uninterrupted run takes (its samples,
 update and metrics record), whereas an abandoned one would have to be undone. At the step's end the
 run saves a checkpoint of it where its newest is older (``trainer.checkpoint_on_signal``), its

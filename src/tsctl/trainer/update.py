@@ -54,8 +54,7 @@ from tsctl.models.logprobs import forward_tokens, response_logprobs
 from tsctl.models.micro_batches import micro_batches
 from tsctl.models.precision import autocast, compute_dtype
 from tsctl.models.samples import PREFIX
-from tsctl.seeds.base import uses_seeds
-from tsctl.seeds.unknown_logprobs import unknown_pi_b
+from tsctl.trainer.denominators import unknown_pi_b
 from tsctl.trainer.nonfinite import NonFiniteGuard
 from tsctl.trainer.parallel import Parallel
 
@@ -84,6 +83,8 @@ def policy_update(
     guard: NonFiniteGuard | None = None,
     parallel: Parallel | None = None,
     engine_logprobs: torch.Tensor | None = None,
+    *,
+    seeded: bool,
 ) -> MetricSums:
     """Run ``epochs x mini_batches`` optimiser steps on ``batch``; return the update's metrics.
 
@@ -96,6 +97,8 @@ def policy_update(
         parallel: the ranks' split of the work (None: one process).
         engine_logprobs: [B, T] the engine's log-probs of the tokens it generated
             (:attr:`tsctl.trainer.pi_old.PiOld.engine_logprobs`), needed unless ``algo.rollout_correction=none``.
+        seeded: whether the run is a Thinking Seeds run (:func:`tsctl.seeds.base.uses_seeds`): its prefix
+            tokens are bounded by ``algo.prefix_clip_c`` and its clip fractions logged by source and position.
     """
     tr, al = cfg.trainer, cfg.algo
     if al.rollout_correction != "none" and engine_logprobs is None:
@@ -104,7 +107,7 @@ def policy_update(
     guard = guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
     parallel = parallel or Parallel(model)
     temperature = cfg.engine.temperature or 1.0
-    prefix_clip_c = al.prefix_clip_c if uses_seeds(cfg) else None
+    prefix_clip_c = al.prefix_clip_c if seeded else None
     tokens = loss_mask(batch, cfg)
     metrics = MetricSums()
     B = len(batch)
@@ -151,7 +154,7 @@ def policy_update(
                     loss.backward()
                     loss_sum = loss_sum + loss.detach().float()
                     pending.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts), int(sub.attention_mask.sum()))
-                    _record(pending, token_metrics, mask, sub, cfg)
+                    _record(pending, token_metrics, mask, sub, cfg, prefix_clip_c, seeded)
             parallel.reduce_gradients(_probe(batch, device, compute, temperature, tr.logits_chunk_mib))
             loss_sum = all_reduce(loss_sum)
             params = [p for p in model.parameters() if p.grad is not None]
@@ -185,16 +188,20 @@ def _probe(batch: RolloutBatch, device: torch.device, compute: torch.dtype, temp
     return probe
 
 
-def _record(metrics: MetricSums, token: dict[str, torch.Tensor], mask: torch.Tensor, sub: RolloutBatch, cfg: TsctlConfig) -> None:
-    """Clip fractions and ratios overall, by token source and by position."""
+def _record(
+    metrics: MetricSums, token: dict[str, torch.Tensor], mask: torch.Tensor, sub: RolloutBatch, cfg: TsctlConfig,
+    prefix_clip_c: float | None, seeded: bool,
+) -> None:
+    """Clip fractions and ratios overall, by token source and by position (``prefix_clip_c``: the prefix tokens'
+    dual-clip constant in this run, None when they have none)."""
     for name in ("clip_low", "clip_high", "clipped", "kl_k3", "pg_loss"):
         metrics.add_tokens(name, token[name], mask)
-    if cfg.algo.clip_c is not None or (uses_seeds(cfg) and cfg.algo.prefix_clip_c is not None):
+    if cfg.algo.clip_c is not None or prefix_clip_c is not None:
         metrics.add_tokens("clip_dual", token["clip_dual"], mask)
     metrics.add_tokens("ratio", token["ratio"], mask)
     metrics.add_pairs("clipped_by_source", split_by_source(token["clipped"], mask, sub.source))
     metrics.add_pairs("ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
     metrics.add_pairs("clipped_by_pos", absolute_bins(token["clipped"], mask, cfg.trainer.position_bins, response_mask=sub.resp_mask))
     metrics.add_pairs("clipped_by_rel", relative_deciles(token["clipped"], mask, response_mask=sub.resp_mask))
-    if uses_seeds(cfg):
+    if seeded:
         metrics.add_pairs("clipped_by_source_pos", absolute_bins(token["clipped"], mask, cfg.trainer.position_bins, source=sub.source, response_mask=sub.resp_mask))

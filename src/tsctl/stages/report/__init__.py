@@ -11,7 +11,8 @@ came from, :mod:`~tsctl.stages.report.attribution`) and PNGs. A sweep of ``ratio
 point also gets the method's four claims assessed (:mod:`~tsctl.stages.report.claims`).
 
 Rooms: :mod:`~tsctl.stages.report.points` reads run folders and groups them into points,
-:mod:`~tsctl.stages.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stages.report.stats`),
+:mod:`~tsctl.stages.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stages.report.stats`; over seeds
+and problems together, :mod:`~tsctl.stages.report.crossed`),
 Holm-adjusted within each family (:mod:`~tsctl.stages.report.families`), with the minimum detectable effect of each
 (:mod:`~tsctl.stages.report.power`) and their verdicts and bounds put into words by :mod:`~tsctl.stages.report.wording`;
 :mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` and

@@ -47,7 +47,7 @@ class Finding:
     Attributes:
         lead: what is compared, with both means (or why there is no interval yet).
         comparison: the paired comparison; None while too few runs have finished for an interval.
-        how: which test (``n=5``, ``problems x seeds``).
+        how: which test (``n=5``, ``seeds and problems``).
         higher_is_better: the metric's better direction, None when it has none.
         mde: the minimum detectable effect at 80% power of the paired t-test over seeds.
         spec: the format of the numbers, in the metric's units.
@@ -153,8 +153,7 @@ def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) ->
             if np.isnan(c.diff.low):
                 lines.append(Finding(f"{lead} ({len(r.seeds)} finished pair(s), too few for an interval)."))
                 continue
-            how = "problems x seeds" if r.by_problem else f"{len(r.seeds)} seeds"
-            lines.append(Finding(lead, c, how, True, r.mde, ".3f"))
+            lines.append(Finding(lead, c, r.how, True, r.mde, ".3f"))
     return lines or [Finding("no paired comparison yet.")]
 
 

@@ -9,8 +9,11 @@
 - A comparison pairs runs by seed (the same seed draws the same prompts): the mean difference, its
   t-interval and the paired t-test's p-value. For held-out greedy accuracy and pass@k, when every
   paired run stored per-problem results of the same problems (``final_eval.json``'s
-  ``per_problem``; pass@k per problem by the unbiased estimator), a paired bootstrap over problems
-  and seeds gives a second interval and p-value, which then decide.
+  ``per_problem``; pass@k per problem by the unbiased estimator), a test with seeds and problems as
+  crossed random effects (:func:`~tsctl.stages.report.crossed.crossed_difference`) gives a second interval
+  and p-value, which then decide: it also covers the sampling of the held-out problems, and counts the
+  seed-by-problem noise once (its false-positive rate under simulated nulls is checked in
+  ``tests/test_report_calibration.py``).
 - The comparisons of one table are one family (:mod:`~tsctl.stages.report.families`): the deciding
   p-values are Holm-adjusted together and the verdict follows the adjusted p
   (:func:`~tsctl.stages.report.wording.decide`). With an equivalence margin (``report.equivalence_margin``,
@@ -33,12 +36,9 @@ from tsctl.algo.passk import pass_at_k
 from tsctl.stages.report.points import Point, Run, final_values, higher_is_better, metric_order
 from tsctl.stages.report.families import holm
 from tsctl.stages.report.power import min_detectable_effect
-from tsctl.stages.report.stats import LEVEL, Comparison, Interval, equivalence_p, mean_ci, paired_bootstrap, paired_difference
+from tsctl.stages.report.crossed import METHOD, crossed_difference
+from tsctl.stages.report.stats import LEVEL, Comparison, Interval, equivalence_p, mean_ci, paired_difference
 from tsctl.stages.report.wording import decide
-
-BOOTSTRAP_RESAMPLES = 10000
-"""Draws of the per-problem paired bootstrap."""
-
 
 @dataclass
 class Summary:
@@ -68,7 +68,7 @@ class Row:
     Attributes:
         seeds: the seeds paired (present and completed in both points).
         by_seed: the paired t comparison over those seeds.
-        by_problem: the per-problem paired bootstrap, when both points stored per-problem results.
+        by_problem: the test over seeds and problems, when both points stored per-problem results of 2+ seeds.
         p_holm: the deciding p-value (``by_problem``'s when there is one, else ``by_seed``'s), Holm-adjusted
             within the table's family.
         mde: the minimum detectable effect at 80% power of the paired t-test over ``seeds``.
@@ -98,6 +98,11 @@ class Row:
     def decided(self) -> Comparison:
         """The comparison whose interval and p-value decide: by problem when there is one, else by seed."""
         return self.by_problem or self.by_seed
+
+    @property
+    def how(self) -> str:
+        """Which test decides, as the tables say it: ``seeds and problems`` or ``<n> seeds``."""
+        return METHOD if self.by_problem else f"{len(self.seeds)} seeds"
 
 
 def parse_baseline(text: str) -> dict[str, str]:
@@ -205,10 +210,10 @@ def problem_scores(run: Run, metric: str) -> Optional[tuple[list[str], np.ndarra
 
 
 def _per_problem(metric: str, runs: list[Run], base: list[Run], level: float) -> Optional[Comparison]:
-    """Paired bootstrap over problems and seeds, when every run scored the same problems."""
+    """The test over seeds and problems, when every run scored the same problems and there are two or more seeds."""
     mine = [problem_scores(r, metric) for r in runs]
     theirs = [problem_scores(r, metric) for r in base]
     scored = mine + theirs
-    if any(s is None for s in scored) or len({tuple(s[0]) for s in scored}) != 1:
+    if len(runs) < 2 or any(s is None for s in scored) or len({tuple(s[0]) for s in scored}) != 1:
         return None
-    return paired_bootstrap(np.stack([s[1] for s in mine]), np.stack([s[1] for s in theirs]), level, BOOTSTRAP_RESAMPLES)
+    return crossed_difference(np.stack([s[1] for s in mine]), np.stack([s[1] for s in theirs]), level)

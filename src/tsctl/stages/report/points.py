@@ -51,6 +51,8 @@ class Run:
         seed: the run's ``seed`` (what pairs runs of two points), None when its config has none.
         final: the contents of ``final_eval.json`` (empty without one).
         revision: the git revision of the code that ran it (its manifest's ``git_revision``), None when unknown.
+        dirty: whether that code had uncommitted changes to tracked files (its manifest's ``git_dirty``), None
+            when not recorded.
         base_weights: the digest of the built-in model's weights it started from (its manifest's
             ``base_model.weights_sha256``), None for another model or when unknown.
         arithmetic: what decided its rounding (its manifest's ``arithmetic``, :func:`tsctl.io.arithmetic.label`),
@@ -67,6 +69,7 @@ class Run:
     revision: Optional[str] = None
     base_weights: Optional[str] = None
     arithmetic: Optional[str] = None
+    dirty: Optional[bool] = None
 
     @property
     def train_records(self) -> list[dict[str, Any]]:
@@ -121,7 +124,8 @@ def load_run(path: Path) -> Run:
     settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
     return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"),
-               manifest.get("git_revision"), base_weights(manifest), arithmetic_label(manifest["arithmetic"]) if manifest.get("arithmetic") else None)
+               manifest.get("git_revision"), base_weights(manifest), arithmetic_label(manifest["arithmetic"]) if manifest.get("arithmetic") else None,
+               manifest.get("git_dirty"))
 
 
 def base_weights(manifest: dict[str, Any]) -> Optional[str]:

@@ -7,10 +7,8 @@ Every RL result here is a handful of seeds per setting, so each number comes wit
 - :func:`paired_difference`: the difference between two settings paired by seed (the same seed draws
   the same prompts and the same initial sampling stream), its t-interval and the p-value of the paired
   t-test (``scipy.stats.ttest_rel``). Pairing removes the seed-to-seed spread both settings share.
-- :func:`paired_bootstrap`: per-problem pairing. With 0/1 scores of the same held-out problems under
-  both settings and every seed, resample problems (and seeds) with replacement and take the
-  percentile interval of the mean difference; the p-value is the two-sided bootstrap tail
-  ``min(1, 2 * min(P(d* <= 0), P(d* >= 0)))``.
+- per-problem pairing (the same held-out problems under both settings and every seed) is tested with seeds
+  and problems as crossed random effects, in :mod:`~tsctl.stages.report.crossed`.
 - :func:`equivalence_p`: the equivalence test (TOST) of paired differences over seeds against a margin
   ``m``: two one-sided paired t-tests, of ``mean <= -m`` and of ``mean >= m``; its p-value is the larger of
   the two, below alpha exactly when the ``1 - 2 alpha`` t-interval lies inside ``(-m, m)``.
@@ -64,7 +62,8 @@ class Comparison:
     Attributes:
         diff: the estimate of (setting - baseline) with its interval.
         p_value: two-sided p-value of the test of ``diff == 0`` (NaN when untestable).
-        method: how the interval and p-value were computed (``paired t`` or ``paired bootstrap``).
+        method: how the interval and p-value were computed (``paired t``, or
+            :data:`~tsctl.stages.report.crossed.METHOD`).
     """
 
     diff: Interval
@@ -78,7 +77,7 @@ def mean_ci(values: Sequence[float], level: float = LEVEL) -> Interval:
     Raises:
         ValueError: ``values`` is empty or ``level`` is not in (0, 1).
     """
-    _check_level(level)
+    check_level(level)
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         raise ValueError("mean_ci needs at least one value")
@@ -135,55 +134,6 @@ def equivalence_p(setting: Sequence[float], baseline: Sequence[float], margin: f
     return max(above_low, below_high)
 
 
-def paired_bootstrap(
-    setting: np.ndarray, baseline: np.ndarray, level: float = LEVEL, resamples: int = 10000, seed: int = 0
-) -> Comparison:
-    """Mean per-problem difference with a bootstrap over problems and seeds.
-
-    Args:
-        setting: ``[S, P]`` scores (e.g. 0/1 solved) of ``P`` problems under ``S`` seeds.
-        baseline: ``[S, P]`` scores of the same problems and seeds under the baseline.
-        level: confidence level of the percentile interval.
-        resamples: bootstrap draws.
-        seed: seed of the resampling generator (the result is a pure function of the inputs).
-
-    Each draw picks ``S`` seeds and ``P`` problems with replacement and averages the paired
-    differences over the drawn (seed, problem) cells. The reported std is that of the draws (the
-    bootstrap standard error); ``n`` is the number of problems.
-
-    Raises:
-        ValueError: the arrays are not both ``[S, P]`` with the same shape.
-    """
-    _check_level(level)
-    a, b = np.asarray(setting, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
-    if a.ndim != 2 or a.shape != b.shape or a.size == 0:
-        raise ValueError(f"paired_bootstrap needs two [seeds, problems] arrays of one shape; got {a.shape} and {b.shape}")
-    diff = a - b
-    rng = np.random.default_rng(seed)
-    sizes = [min(_CHUNK, resamples - start) for start in range(0, resamples, _CHUNK)]
-    draws = np.concatenate([_bootstrap_means(diff, rng, size) for size in sizes])
-    low, high = np.quantile(draws, [0.5 - level / 2, 0.5 + level / 2])
-    tail = min(float((draws <= 0).mean()), float((draws >= 0).mean()))
-    p = min(1.0, 2 * tail)
-    return Comparison(Interval(float(diff.mean()), float(draws.std(ddof=1)), diff.shape[1], float(low), float(high)), p, "paired bootstrap")
-
-
-_CHUNK = 500
-"""Bootstrap draws computed together (memory: ``_CHUNK * (seeds + problems)`` counts)."""
-
-
-def _bootstrap_means(diff: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
-    """``draws`` bootstrap means of ``diff`` [S, P]: seeds and problems drawn with replacement.
-
-    A draw's mean over its drawn cells is ``c_s @ diff @ c_p / (S * P)`` with ``c_s`` [S] and ``c_p``
-    [P] the times each seed and problem was drawn (multinomial counts).
-    """
-    seeds, problems = diff.shape
-    c_s = rng.multinomial(seeds, np.full(seeds, 1 / seeds), size=draws).astype(np.float64)
-    c_p = rng.multinomial(problems, np.full(problems, 1 / problems), size=draws).astype(np.float64)
-    return np.einsum("rs,sp,rp->r", c_s, diff, c_p) / (seeds * problems)
-
-
 def verdict(comparison: Comparison, higher_is_better: Optional[bool] = True) -> str:
     """``better`` / ``worse`` when the interval excludes 0, else ``not distinguishable``.
 
@@ -199,6 +149,7 @@ def verdict(comparison: Comparison, higher_is_better: Optional[bool] = True) -> 
     return BETTER if up == higher_is_better else WORSE
 
 
-def _check_level(level: float) -> None:
+def check_level(level: float) -> None:
+    """Raise ValueError unless ``level`` lies in (0, 1)."""
     if not 0 < level < 1:
         raise ValueError(f"confidence level must be in (0, 1); got {level}")

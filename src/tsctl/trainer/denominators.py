@@ -1,4 +1,8 @@
-"""Seed-prefix tokens whose pi_b is unknown (trace seeds): what their importance ratio is taken against.
+"""The importance-ratio denominators: what each token's ratio is taken against, in one place.
+
+A seed-prefix token's ratio is taken against its stored pi_b log-prob, every other token's against
+pi_old (:func:`tsctl.models.batch.old_logprobs`); :func:`tsctl.trainer.pi_old.step_pi_old` returns them
+with pi_old (:attr:`~tsctl.trainer.pi_old.PiOld.denominators`).
 
 A trace file gives the tokens of a behaviour response but not the probabilities of the policy that
 wrote it, so its seed shard stores NaN log-probs. ``seeds.trace_logprobs`` chooses the treatment:
@@ -14,7 +18,8 @@ wrote it, so its seed shard stores NaN log-probs. ``seeds.trace_logprobs`` choos
   not choose: it raises (A > 0) or lowers (A < 0) the policy's probability of the trace's tokens,
   bounded per step by the clip range.
 
-Prefix tokens with a known pi_b are untouched; without trace seeds this returns its inputs.
+Prefix tokens with a known pi_b are untouched; without trace seeds the denominators are pi_b on
+prefix tokens and pi_old elsewhere.
 """
 
 from __future__ import annotations

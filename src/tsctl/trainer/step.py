@@ -1,0 +1,150 @@
+"""One RL step, and what a run needs to take it: the trainer's side of ``tsctl train``.
+
+:func:`setup` builds a run's :class:`~tsctl.trainer.context.StepContext` (policy, engine, data,
+optimiser, KL reference, seed bank, non-finite guard); :func:`run_step` is one step of the loop: the
+step's seeds (written at a refresh), then :func:`train_step`: the rollout, the advantages, pi_old with
+the ratio denominators (:mod:`tsctl.trainer.pi_old`, :mod:`tsctl.trainer.denominators`), the update
+(:mod:`tsctl.trainer.update`) and the engine's weight sync. Whoever runs the loop keeps the run folder,
+its lock, the metric sinks, the signals, the held-out evaluation and the checkpoints.
+
+Each phase's wall time is taken by :func:`timed` into the record's ``time/*`` keys: ``time/step`` is
+the whole step, the seeds written at a refresh included (``time/seeds``).
+
+Nothing here needs Hydra or OmegaConf: ``bench/gpu_check.py`` drives :func:`run_step` on images
+without them.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from tsctl.config.rng import Stream, step_seed
+from tsctl.config.schema import TsctlConfig
+from tsctl.distributed import world as ranks
+from tsctl.engines.factory import build_engine
+from tsctl.io import faults
+from tsctl.models.batch import pack
+from tsctl.models.precision import compute_dtype, model_device
+from tsctl.models.prompts import PromptFormatter
+from tsctl.seeds.bank import SeedBank
+from tsctl.seeds.base import uses_seeds
+from tsctl.trainer.context import StepContext
+from tsctl.trainer.nonfinite import NonFiniteGuard
+from tsctl.trainer.optim import load_trainable, make_optimizer
+from tsctl.trainer.parallel import DataParallel, Parallel
+from tsctl.trainer.pi_old import step_pi_old
+from tsctl.trainer.reference import load_reference, reference_logprobs
+from tsctl.trainer.rewards import sample_advantages
+from tsctl.trainer.rollout import sample_groups, servable_task
+from tsctl.trainer.rollout_shard import write_step_rollouts
+from tsctl.trainer.step_metrics import rollout_metrics
+from tsctl.trainer.update import policy_update
+
+if TYPE_CHECKING:
+    from tsctl.io.runs import RunDir
+
+
+@contextmanager
+def timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    """Time the ``with`` block: its wall seconds go to ``timings[key]`` when it ends."""
+    start = time.perf_counter()
+    yield
+    timings[key] = time.perf_counter() - start
+
+
+def setup(
+    cfg: TsctlConfig, path: str, base: str, located: RunDir, world: ranks.World = ranks.SINGLE
+) -> tuple[StepContext, PreTrainedTokenizerBase]:
+    """The run's step context and tokenizer: the policy from ``path`` (the base model ``base`` or a
+    checkpoint to resume; sharded over ``world`` under ``torchrun``), its engine, the task's train
+    split, the optimiser, the KL reference (from ``base``) and, in a Thinking Seeds run, the seed
+    bank of the run folder ``located``."""
+    model, tokenizer = load_trainable(cfg, path)
+    dtype = compute_dtype(cfg, model)
+    parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
+    formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
+    engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype)
+    task = servable_task(cfg, formatter, engine)
+    problems = task.problems("train")
+    task.problems("heldout")  # checked now, not at the first evaluation
+    optimizer, scheduler = make_optimizer(cfg, model)
+    ref_model = load_reference(cfg, base)
+    seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None
+    guard = NonFiniteGuard(cfg.trainer.nonfinite, cfg.trainer.max_nonfinite_skips)
+    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard, parallel=parallel)
+    return ctx, tokenizer
+
+
+def run_step(step: int, ctx: StepContext) -> dict[str, float]:
+    """Step ``step`` (from 0) of the run ``ctx``: its seeds prepared, the guard started, then :func:`train_step`.
+
+    Returns :func:`train_step`'s record with ``time/seeds`` (seed generation at a refresh step counts
+    toward the step that triggered it, ``time/step`` included) and ``torch_threads``.
+    """
+    timings: dict[str, float] = {}
+    with timed(timings, "time/seeds"):
+        if ctx.seeds is not None:
+            ctx.seeds.prepare(step, ctx.parallel.inference, ctx.engine)
+    if ctx.guard is not None:
+        ctx.guard.begin_step(step + 1)
+    record = train_step(step, ctx)
+    record["time/seeds"] = timings["time/seeds"]
+    record["time/step"] += timings["time/seeds"]
+    record["torch_threads"] = torch.get_num_threads()
+    return record
+
+
+def train_step(step: int, ctx: StepContext) -> dict[str, float]:
+    """One step (rollout, advantages, old log-probs, update) of the run ``ctx``; returns its metrics record.
+
+    ``step`` counts from 0 (the record's ``step`` from 1). With ``ctx.rollouts_dir`` the step's samples
+    are also written there; a non-finite loss, gradient or parameter raises :class:`~tsctl.trainer.nonfinite.NonFiniteError`.
+    Under ``torchrun`` every rank returns the same record (of the global batch).
+    """
+    cfg, model, engine, parallel = ctx.cfg, ctx.model, ctx.engine, ctx.parallel
+    sampler = parallel.inference  # the model itself, or this rank's full copy of the sharded one
+    timings: dict[str, float] = {}
+    with timed(timings, "time/step"):
+        with timed(timings, "time/generate"):
+            samples = sample_groups(step, ctx)
+        faults.hit("step-sampled")
+
+        advantages = sample_advantages(samples, cfg)
+        attribution = ctx.seeds.observe(step, samples, advantages) if ctx.seeds is not None else {}
+        batch = pack(samples, advantages, ctx.formatter.pad_id, model_device(sampler))
+        if ctx.rollouts_dir is not None and parallel.world.main:
+            write_step_rollouts(ctx.rollouts_dir, step, samples, advantages)
+
+        engine.sleep()  # rollouts are done: an engine with its own GPU memory frees it for the update
+        with timed(timings, "time/old_logprobs"):
+            old = step_pi_old(cfg, engine, sampler, samples, batch, parallel.map_rows)
+            ref = parallel.map_rows(lambda rows: (reference_logprobs(ctx.ref_model, rows, cfg),), batch)[0] if ctx.ref_model is not None else None
+
+        with timed(timings, "time/update"):
+            shuffle = torch.Generator().manual_seed(step_seed(cfg.seed, step, Stream.SHUFFLE))
+            update = policy_update(
+                model, ctx.optimizer, ctx.scheduler, batch, old.denominators, cfg, shuffle, ref, ctx.guard, parallel,
+                old.engine_logprobs, seeded=uses_seeds(cfg),
+            )
+        with timed(timings, "time/weight_sync"):
+            parallel.sync_engine(engine)
+            engine.wake_up()
+    generated = sum(len(s.generated_ids) for s in samples)
+    trained = int(batch.attention_mask.sum()) * cfg.trainer.epochs
+    return {
+        "step": step + 1,
+        **rollout_metrics(samples, batch, old.entropy, list(cfg.trainer.position_bins), step),
+        **attribution,
+        **old.gap,
+        **update.means(),
+        **timings,
+        "lr": ctx.scheduler.get_last_lr()[0],
+        "samples": len(samples),
+        "generate_tokens_per_s": generated / max(timings["time/generate"], 1e-9),
+        "train_tokens_per_s": trained / max(timings["time/update"], 1e-9),
+    }

@@ -1,0 +1,211 @@
+"""Commands that race on one run or one sweep, started for real, leave every manifest and record as one
+command alone would: a resume takes the run's lock before it chooses a checkpoint, a second ``tsctl
+ablate`` of a sweep is refused in one line, a sweep never marks a point that another process trains,
+and a run that completes after a failure or a signal keeps no stale error.
+
+A process is paused at an exact point by the fault seam (:mod:`tsctl.io.faults`, ``TSCTL_KILL_SIGNAL=STOP``)
+while the other command runs, then continued with SIGCONT.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import reference_run, stable_metrics, start_tsctl, tsctl
+from tsctl.cli import app
+from tsctl.io.faults import ENV, SIGNAL_ENV
+from tsctl.io.run_lock import is_held
+from tsctl.io.runs import ENDING_FIELDS, RunDir
+
+SETTINGS = ["trainer.steps=6"]
+"""The micro trainer for 6 steps: checkpoints at steps 2, 4 and 6."""
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> tuple[Path, list[str]]:
+    """An uninterrupted run with SETTINGS, and the overrides that place more runs beside it."""
+    return reference_run(tmp_path_factory.mktemp("concurrent") / "runs", model_cache, SETTINGS)
+
+
+def paused_at(point: str, passage: int = 1) -> dict[str, str]:
+    """The environment that pauses a command (SIGSTOP) at its ``passage``-th passage through ``point``."""
+    return {ENV: f"{point}:{passage}", SIGNAL_ENV: "STOP"}
+
+
+def state(proc: subprocess.Popen) -> str:
+    """The process's state letter from ``/proc`` (``T``: stopped)."""
+    return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def wait_paused(proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until ``proc`` is stopped at its pause point; fail with its output if it ends first."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and state(proc) != "T":
+        assert time.monotonic() < deadline, "the command never reached its pause point"
+        time.sleep(0.1)
+    if proc.returncode is not None:
+        out, err = proc.communicate()
+        pytest.fail(f"ended ({proc.returncode}) before its pause point:\n{out}\n{err[-3000:]}")
+
+
+def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
+    """Continue ``proc`` if paused and wait for it: its exit code and its whole output."""
+    proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out + err
+
+
+def errors(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error:")]
+
+
+def manifest(run: Path) -> dict:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def assert_completed_cleanly(point: Path) -> None:
+    """A sweep point trained to the end and evaluated, whose manifest carries no error of any earlier segment."""
+    data = manifest(point)
+    assert data["status"] == "completed" and not set(ENDING_FIELDS) & set(data), data
+    assert [r["step"] for r in stable_metrics(point)] == [0, 1, 2, 3]
+    assert 0 <= json.loads((point / "final_eval.json").read_text())["greedy_accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_a_resume_of_a_live_run_is_refused_and_the_live_run_ends_as_if_alone(reference):
+    ref, args = reference
+    args = [*args, "name=live"]
+    run = ref.parent / "live"
+    live = start_tsctl("train", *args, **paused_at("step-logged", 3))
+    try:
+        wait_paused(live)
+        second = tsctl("train", *args, "resume=true", check=False)
+        assert second.returncode == 2
+        assert errors(second.stdout + second.stderr) == [
+            f"error: run {run} is in use by pid {live.pid} on {manifest(run)['host']}; wait for it to end (or stop it), then retry"
+        ]
+        assert finish(live)[0] == 0
+    finally:
+        live.kill()
+    assert stable_metrics(run) == stable_metrics(ref)
+    assert manifest(run)["status"] == "completed" and "error" not in manifest(run)
+
+
+def test_a_resume_holds_the_runs_lock_when_it_chooses_its_checkpoint(reference, monkeypatch):
+    from tsctl.io import resume_plan
+
+    ref, args = reference
+    args = [*args, "name=locked-plan"]
+    assert CliRunner().invoke(app, ["train", *args]).exit_code == 0
+    held = []
+
+    def plan(run: Path, eval_at_start: bool) -> resume_plan.ResumePlan:
+        held.append(is_held(run))
+        return resume_plan.plan_resume(run, eval_at_start)
+
+    monkeypatch.setattr("tsctl.stages.train.plan_resume", plan)
+    result = CliRunner().invoke(app, ["train", *args, "resume=true"])
+    assert result.exit_code == 0, result.output
+    assert held == [True]
+
+
+@pytest.mark.slow
+def test_two_ablates_of_one_sweep_at_once_one_trains_it_and_the_other_is_refused_in_one_line(micro, tmp_path):
+    args = [*micro, "seed=0,1", "name=both"]
+    sweep = tmp_path / "runs" / "default" / "both"
+    both = [start_tsctl("ablate", *args) for _ in range(2)]
+    ended = [finish(proc) for proc in both]
+    assert sorted(code for code, _ in ended) == [0, 2]
+    refused = next(out for code, out in ended if code == 2)
+    assert len(errors(refused)) == 1 and "Traceback" not in refused
+    assert errors(refused)[0].startswith(f"error: sweep {sweep} is in use by pid ")
+    assert "(another `tsctl ablate` of it); wait for that one to end (or stop it), then rerun this command" in errors(refused)[0]
+    for point in ("seed=0", "seed=1"):
+        assert_completed_cleanly(sweep / point)
+
+
+@pytest.mark.slow
+def test_a_sweep_leaves_a_point_that_another_process_trains_alone_and_takes_it_up_when_rerun(micro, tmp_path):
+    sweep = tmp_path / "runs" / "default" / "shared"
+    place = [f"experiment=default/{sweep.name}", "name='seed=0'", "seed=0"]
+    by_hand = start_tsctl("train", *micro, *place, **paused_at("step-logged"))
+    try:
+        wait_paused(by_hand)
+        code, out = finish(start_tsctl("ablate", *micro, "seed=0,1", "name=shared"))
+        assert code == 1 and "1 run(s) failed: seed=0; rerun the same command to retry them" in out
+        assert f"point seed=0: not marked failed, pid {by_hand.pid} on " in out
+        assert manifest(sweep / "seed=0")["status"] == "running" and "error" not in manifest(sweep / "seed=0")
+        assert_completed_cleanly(sweep / "seed=1")
+        assert finish(by_hand)[0] == 0
+    finally:
+        by_hand.kill()
+    tsctl("ablate", *micro, "seed=0,1", "name=shared")
+    for point in ("seed=0", "seed=1"):
+        assert_completed_cleanly(sweep / point)
+
+
+@pytest.mark.slow
+def test_a_second_ablate_while_the_first_trains_is_refused_and_the_first_ends_cleanly(micro, tmp_path):
+    sweep = tmp_path / "runs" / "default" / "staggered"
+    args = [*micro, "seed=0,1", "name=staggered"]
+    first = start_tsctl("ablate", *args, **paused_at("step-logged"))
+    try:
+        wait_paused(first)
+        second = tsctl("ablate", *args, check=False)
+        assert second.returncode == 2 and len(errors(second.stdout + second.stderr)) == 1
+        assert manifest(sweep / "seed=0")["status"] == "running" and not (sweep / "seed=1" / "manifest.json").exists()
+        assert finish(first)[0] == 0
+    finally:
+        first.kill()
+    for point in ("seed=0", "seed=1"):
+        assert_completed_cleanly(sweep / point)
+    summary = (sweep / "report" / "summary.md").read_text()
+    assert "failed" not in summary and "in use" not in summary
+
+
+def test_running_again_drops_what_the_last_ending_recorded(tmp_path):
+    run = RunDir(tmp_path)
+    run.set_status("failed", error="RuntimeError: diverged", failed_step=3, nonfinite="loss", nonfinite_tensor="loss")
+    run.set_status("interrupted", signal="SIGTERM", interrupted_step=4, checkpoint_step=4)
+    assert {"error", "failed_step", "signal", "checkpoint_step"} <= set(run.manifest())
+    run.mark_running(started_step=4)
+    kept = run.manifest()
+    assert not set(ENDING_FIELDS) & set(kept) and kept["status"] == "running" and kept["started_step"] == 4
+    run.set_status("failed", error="OSError: gone")
+    run.set_status("completed", finished_step=6)
+    assert "error" not in run.manifest() and run.manifest()["finished_step"] == 6
+
+
+def test_a_signal_during_the_step_0_evaluation_stops_the_run_there_and_the_resume_is_exact(reference, monkeypatch):
+    from tsctl.stages import train as train_stage
+
+    ref, args = reference
+    args = [*args, "name=step-0-signal"]
+    run = ref.parent / "step-0-signal"
+    scored = train_stage.heldout_metrics
+
+    def signalled_at_step_0(engine, formatter, task, cfg, step):
+        if step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return scored(engine, formatter, task, cfg, step)
+
+    missed = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: missed.append(signum))  # where the run does not take it
+    try:
+        monkeypatch.setattr(train_stage, "heldout_metrics", signalled_at_step_0)
+        result = CliRunner().invoke(app, ["train", *args])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert missed == [] and result.exit_code == 143, result.output
+    data = manifest(run)
+    assert (data["status"], data["signal"], data["interrupted_step"], data["checkpoint_step"]) == ("interrupted", "SIGTERM", 0, 0)
+    monkeypatch.setattr(train_stage, "heldout_metrics", scored)
+    assert CliRunner().invoke(app, ["train", *args, "resume=true"]).exit_code == 0
+    assert stable_metrics(run) == stable_metrics(ref)
+    assert manifest(run)["status"] == "completed" and not set(ENDING_FIELDS) & set(manifest(run))

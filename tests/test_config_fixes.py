@@ -1,0 +1,64 @@
+"""Every config refusal that suggests a setting, with that setting applied: the refusal is one ``error:`` line
+holding the suggestion, and the same overrides with the suggestion applied pass (``--cfg job``: composed,
+validated, printed). A message whose suggestion stopped working, or a suggestion that changed wording, fails here."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tsctl.cli import app
+
+runner = CliRunner()
+
+CASES = [
+    # (refused overrides, words of the one error line, the overrides that apply its suggestion)
+    (["model.dtype=bfloat16", "model.compute_dtype=float32"], ["use model.dtype=float32 or model.compute_dtype=auto"], ["model.dtype=float32"]),
+    (["model.dtype=bfloat16", "model.compute_dtype=float32"], ["use model.dtype=float32 or model.compute_dtype=auto"], ["model.compute_dtype=auto"]),
+    (["name=a/b"], ["e.g. name=lr-2e-5"], ["name=lr-2e-5"]),
+    (["experiment=/abs/place"], ["e.g. experiment=countdown/lr-sweep"], ["experiment=countdown/lr-sweep"]),
+    (["ratio=140"], ["allowed: 0 <= ratio <= 100"], ["ratio=100"]),
+    (["algo.rollout_correction=tis", "algo.rollout_correction_cap=0.5"], ["must be >= 1", "e.g. 2"], ["algo.rollout_correction_cap=2"]),
+    (["report.level=1.5"], ["allowed: 0 < report.level < 1 (e.g. 0.95)"], ["report.level=0.95"]),
+    (["report.baseline=ratio"], ["write it as key=value, e.g. report.baseline=ratio=0"], ["report.baseline=ratio=0"]),
+    (["report.equivalence_margin=2"], ["null or 0 < margin < 1", "e.g. 0.02"], ["report.equivalence_margin=0.02"]),
+    (["trainer.mini_batches=3"], ["must divide trainer.batch_size * trainer.n = 256"], ["trainer.mini_batches=4"]),
+    (["trainer.schedule=linear"], ["unknown value 'linear'; choose one of constant, cosine"], ["trainer.schedule=cosine"]),
+    (["engine.max_new_tokens=64", "engine.max_model_len=64"], ["must exceed engine.max_new_tokens=64"], ["engine.max_model_len=65"]),
+    (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=1"], ["e.g. seeds.pool_size=4"], ["seeds.pool_size=4"]),
+    (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=4", "refresh=0"], ["set refresh > 0"], ["refresh=1"]),
+]
+
+
+def cfg_job(args: list[str]) -> tuple[int, list[str]]:
+    result = runner.invoke(app, ["train", *args, "--cfg", "job"])
+    assert "Traceback" not in result.output
+    return result.exit_code, [line for line in result.output.splitlines() if line.startswith("error:")]
+
+
+def applied(refused: list[str], fix: list[str]) -> list[str]:
+    """``refused`` with each key of ``fix`` set to the fix's value (added where ``refused`` lacks it)."""
+    keys = {o.split("=", 1)[0] for o in fix}
+    return [o for o in refused if o.split("=", 1)[0] not in keys] + fix
+
+
+@pytest.mark.parametrize("refused, words, fix", CASES, ids=[" ".join(c[0]) + " -> " + " ".join(c[2]) for c in CASES])
+def test_a_refusal_names_its_fix_and_the_fix_applied_passes(refused, words, fix, tmp_path):
+    where = [f"runs_dir={tmp_path}"]
+    code, errors = cfg_job([*refused, *where])
+    assert code == 2 and len(errors) == 1, errors
+    for word in words:
+        assert word in errors[0], (word, errors[0])
+    code, errors = cfg_job([*applied(refused, fix), *where])
+    assert (code, errors) == (0, [])
+
+
+def test_a_trace_source_without_a_file_then_with_one(tmp_path: Path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text('{"question": "1+1", "response": "2"}\n')
+    refused = ["ratio=25", "seeds.source=traces", f"runs_dir={tmp_path}"]
+    code, errors = cfg_job(refused)
+    assert code == 2 and errors == ["error: config error at 'seeds.source_path': seeds.source=traces needs a JSONL or Parquet file of traces: seeds.source_path=<path>"]
+    code, errors = cfg_job([*refused, f"seeds.source_path={traces}", "seeds.selector=uniform", "seeds.pool_size=4"])
+    assert code == 2 and len(errors) == 1 and "use seeds.selector=latest" in errors[0]
+    assert cfg_job([*refused, f"seeds.source_path={traces}", "seeds.selector=latest"]) == (0, [])

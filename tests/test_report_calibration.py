@@ -1,0 +1,143 @@
+"""The tests behind every verdict call a difference about 5% of the time when there is none.
+
+Nulls are simulated with the variance components of the built-in tasks' held-out scores, as estimated from
+the committed records (``docs/results/{countdown,arithmetic}-ratio/runs/*/final_eval.json``, ``per_problem``):
+for each of the points ratio=0, 25 and 50, the ``[5 seeds, P problems]`` table of per-problem scores went
+through :func:`~tsctl.stages.report.crossed.variance_components` (pass@1: ``sampled.solved / 8`` with
+``samples=8``, P=256; pass@8: whether any of the 8 was solved, ``samples=1``, P=256; greedy: ``greedy.solved``
+with ``samples=1``, P=1000), and each component is the mean over the three points, to three digits. On pass@1,
+arithmetic's seeds spread about twice as much as the sampling of 256 problems predicts; countdown's less.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from tsctl.stages.report.crossed import Components, crossed_difference, mean_squares, variance_components
+from tsctl.stages.report.stats import paired_difference
+
+SEEDS = 5
+
+TASKS = {
+    "countdown pass@1": (Components(seed=1.29e-4, problem=0.115, seed_x_problem=0.0471, binomial=0.00981), 256),
+    "arithmetic pass@1": (Components(seed=4.64e-4, problem=0.0656, seed_x_problem=0.0405, binomial=0.0123), 256),
+    "countdown greedy": (Components(seed=5.94e-6, problem=0.140, seed_x_problem=0.106, binomial=0.0), 1000),
+    "arithmetic greedy": (Components(seed=3.06e-4, problem=0.0752, seed_x_problem=0.103, binomial=0.0), 1000),
+    "countdown pass@8": (Components(seed=3.50e-4, problem=0.152, seed_x_problem=0.0902, binomial=0.0), 256),
+    "arithmetic pass@8": (Components(seed=5.46e-5, problem=0.0252, seed_x_problem=0.0524, binomial=0.0), 256),
+}
+"""Name -> (the components of its scores, the held-out problems scored)."""
+
+SIMULATIONS = 2000
+"""Nulls per task: the rejection rate's standard error is about 0.5 points at 5%."""
+
+
+def null_pair(components: Components, problems: int, rng: np.random.Generator, interaction: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Two settings' ``[SEEDS, problems]`` scores with the same distribution: a shared problem difficulty, and
+    each run its own seed effect, seed-by-problem and binomial noise (Gaussian, at the components' variances).
+    ``interaction`` > 0 adds a problem-by-setting effect of that variance, mean 0 over the population of problems."""
+    difficulty = rng.normal(0.0, math.sqrt(components.problem), problems)
+
+    def setting() -> np.ndarray:
+        own = rng.normal(0.0, math.sqrt(interaction), problems) if interaction else 0.0
+        seed = rng.normal(0.0, math.sqrt(components.seed), (SEEDS, 1))
+        cell = rng.normal(0.0, math.sqrt(components.seed_x_problem + components.binomial), (SEEDS, problems))
+        return 0.5 + difficulty + own + seed + cell
+
+    return setting(), setting()
+
+
+def rejection_rates(components: Components, problems: int, seed: int, interaction: float = 0.0) -> tuple[float, float]:
+    """The shares of :data:`SIMULATIONS` nulls that the test over seeds and problems, and the paired t over
+    the seeds' mean scores, reject at 5%."""
+    rng = np.random.default_rng(seed)
+    crossed = paired = 0
+    for _ in range(SIMULATIONS):
+        a, b = null_pair(components, problems, rng, interaction)
+        crossed += crossed_difference(a, b).p_value < 0.05
+        paired += paired_difference(a.mean(axis=1), b.mean(axis=1)).p_value < 0.05
+    return crossed / SIMULATIONS, paired / SIMULATIONS
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_false_positive_rate_is_five_percent_under_simulated_nulls(task):
+    components, problems = TASKS[task]
+    crossed, paired = rejection_rates(components, problems, seed=sorted(TASKS).index(task))
+    assert 0.03 <= crossed <= 0.07, f"{task}: the test over seeds and problems rejects {crossed:.1%} of nulls"
+    assert 0.03 <= paired <= 0.07, f"{task}: the paired t over seeds rejects {paired:.1%} of nulls"
+
+
+def test_problem_by_setting_effects_that_average_out_are_not_called_a_difference():
+    # the setting moves each problem's solve rate up or down (variance 0.02: by about 0.14), by 0 on average over
+    # the population of problems: the paired t over seeds takes the drawn problems' mean effect for a real one,
+    # the test over seeds and problems counts it as the noise of drawing them
+    components, problems = TASKS["countdown pass@1"]
+    crossed, paired = rejection_rates(components, problems, seed=7, interaction=0.02)
+    assert 0.03 <= crossed <= 0.07
+    assert paired > 0.1
+
+
+def test_mean_squares_of_a_two_by_two_table():
+    # seed means 0.875, 0.25: MS_seed = (0.875 - 0.25)^2 = 0.390625; problem means 0.75, 0.375: MS_problem =
+    # 0.375^2 = 0.140625; the cell residual is +-(1 - 0.75 - 0.5 + 0)/4 = -+0.0625 in each cell: MS_cell = 4 * 0.0625^2
+    ms = mean_squares(np.array([[1.0, 0.75], [0.5, 0.0]]))
+    assert (ms.seed, ms.problem, ms.cell, ms.seeds, ms.problems) == pytest.approx((0.390625, 0.140625, 0.015625, 2, 2))
+
+
+def test_variance_components_of_a_hand_made_table():
+    scores = np.array([[1.0, 0.75], [0.5, 0.0]])
+    # greedy (one answer per problem): no binomial part; seed = (0.390625 - 0.015625) / 2 problems,
+    # problem = (0.140625 - 0.015625) / 2 seeds, seed x problem = MS_cell
+    greedy = variance_components(scores)
+    assert (greedy.seed, greedy.problem, greedy.seed_x_problem, greedy.binomial) == pytest.approx((0.1875, 0.0625, 0.015625, 0.0))
+    # shares of 4 answers: y (1 - y) = 0, 0.1875, 0.25, 0, mean 0.109375, / (4 - 1) = 0.0364583; it exceeds MS_cell,
+    # so seed x problem is floored at 0
+    sampled = variance_components(scores, samples=4)
+    assert (sampled.seed, sampled.problem, sampled.seed_x_problem, sampled.binomial) == pytest.approx((0.1875, 0.0625, 0.0, 0.109375 / 3))
+
+
+def test_variance_components_refuse_a_table_of_one_seed():
+    with pytest.raises(ValueError, match="at least 2"):
+        variance_components(np.array([[1.0, 0.0, 1.0]]))
+
+
+def test_crossed_difference_is_the_paired_t_when_problems_agree():
+    # d = [[0.5, 0.25], [0, 0.25]]: MS_seed = (0.375 - 0.125)^2 = 0.0625, MS_problem = 0 < MS_cell = 0.5^2 / 4:
+    # V = 0.0625 / 4, se 0.125, t = 0.25 / 0.125 = 2 on 1 df (Cauchy): p = 1 - 2 atan(2) / pi
+    setting = np.array([[0.5, 0.25], [0.0, 0.25]])
+    result = crossed_difference(setting, np.zeros((2, 2)))
+    assert (result.diff.mean, result.diff.std, result.diff.n) == pytest.approx((0.25, 0.125, 2))
+    assert result.p_value == pytest.approx(1 - 2 * math.atan(2) / math.pi)
+    assert result.p_value == pytest.approx(paired_difference(setting.mean(axis=1), [0.0, 0.0]).p_value)
+    assert result.method == "seeds and problems"
+
+
+def test_crossed_difference_adds_what_the_problems_disagree_beyond_the_cells():
+    # d = [[0.6, 0, 0.3], [0.3, -0.3, 0.6]]: mean 0.25; seed means 0.3, 0.2: MS_seed = 3 * 2 * 0.05^2 = 0.015;
+    # problem means 0.45, -0.15, 0.45: MS_problem = 2 * (0.2^2 + 0.4^2 + 0.2^2) / 2 = 0.24; cells +-0.1, +-0.1, +-0.2:
+    # MS_cell = 0.12 / 2 = 0.06. V = (0.015 + 0.24 - 0.06) / 6 = 0.0325; Satterthwaite df = 0.195^2 /
+    # (0.015^2 / 1 + 0.24^2 / 2 + 0.06^2 / 2) = 0.038025 / 0.030825
+    result = crossed_difference(np.array([[0.6, 0.0, 0.3], [0.3, -0.3, 0.6]]), np.zeros((2, 3)))
+    se, df = math.sqrt(0.0325), 0.038025 / 0.030825
+    half = scipy_stats.t.ppf(0.975, df) * se
+    assert (result.diff.mean, result.diff.std) == pytest.approx((0.25, se))
+    assert (result.diff.low, result.diff.high) == pytest.approx((0.25 - half, 0.25 + half))
+    assert result.p_value == pytest.approx(2 * scipy_stats.t.sf(0.25 / se, df))
+
+
+def test_crossed_difference_without_spread_and_with_one_problem():
+    same = crossed_difference(np.ones((3, 4)), np.ones((3, 4)))
+    assert (same.diff.mean, same.diff.low, same.diff.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+    shifted = crossed_difference(np.ones((3, 4)), np.zeros((3, 4)))
+    assert (shifted.diff.low, shifted.diff.high, shifted.p_value) == (1.0, 1.0, 0.0)
+    one = crossed_difference(np.array([[0.5], [0.0], [0.25]]), np.zeros((3, 1)))
+    assert one.p_value == pytest.approx(paired_difference([0.5, 0.0, 0.25], [0.0, 0.0, 0.0]).p_value)
+
+
+def test_crossed_difference_refuses_one_seed_and_mismatched_shapes():
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        crossed_difference(np.ones((1, 4)), np.ones((1, 4)))
+    with pytest.raises(ValueError, match="one shape"):
+        crossed_difference(np.ones((2, 4)), np.ones((2, 3)))
