@@ -376,3 +376,105 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(setup, mo
     monkeypatch.setattr("tsctl.io.checkpoints.torch.save", real_save)  # space freed
     assert runner.invoke(app, [*args, "resume=true"]).exit_code == 0
     assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
+
+
+# Issue 31 part 5: the remaining suggesting messages, each with its suggestion applied.
+
+
+def test_eval_of_a_missing_step_then_of_existing_results(setup):
+    run = copy_of_done(setup, "eval-twice")
+    refused = ["eval", *setup.args, f"eval.checkpoint={run}", "eval.step=7", "eval.limit=4"]
+    line = fails_cleanly(setup, refused, "'eval.step'", "no complete checkpoint step-7", "available steps: 1, 2")
+    named = line.rsplit("available steps: ", 1)[1].split(", ")[-1]
+    args = swap(refused, "eval.step=7", f"eval.step={named}")
+    works(args, "heldout")  # a step the message names
+    fails_cleanly(setup, args, "eval results already exist", f"{run / 'eval' / 'step-2'}", "rerun with eval.overwrite=true to replace them")
+    works([*args, "eval.overwrite=true"], "heldout")
+
+
+def test_seed_and_rollout_over_existing_shards(setup, tmp_path):
+    out = tmp_path / "shards"
+    seed = ["seed", *setup.args, f"shards.checkpoint={setup.run}", f"shards.out_dir={out}"]
+    works(seed)
+    fails_cleanly(setup, seed, "'shards.overwrite'", "already exists", "pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
+    works([*seed, "shards.overwrite=true"])
+    works(swap(seed, f"shards.out_dir={out}", f"shards.out_dir={tmp_path / 'kept'}"))
+    rollout = swap(seed, "seed", "rollout")
+    works(rollout)
+    fails_cleanly(setup, rollout, "'shards.overwrite'", "already exists", "pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
+    works([*rollout, "shards.overwrite=true"])
+    works(swap(rollout, f"shards.out_dir={out}", f"shards.out_dir={tmp_path / 'kept'}"))
+
+
+def test_a_damaged_seed_shard_names_tsctl_seed(setup, tmp_path):
+    out = tmp_path / "shards"
+    seed = ["seed", *setup.args, f"shards.checkpoint={setup.run}", f"shards.out_dir={out}"]
+    works(seed)
+    shard = next(out.glob("*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    rollout = swap(seed, "seed", "rollout")
+    fails_cleanly(setup, rollout, f"{shard}", "truncated", f"delete it and {shard.name}.sha256 beside it, then re-run `tsctl seed`")
+    shard.unlink()  # deleted, as suggested
+    shard.with_name(shard.name + ".sha256").unlink()
+    works(seed)  # re-run
+    works(rollout)
+
+
+def test_model_device_cuda_without_cuda(setup, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    fails_cleanly(setup, new_run(setup, "model.device=cuda"), "model.device=cuda but no CUDA device is visible", "use model.device=cpu")
+    assert not (setup.root / "runs" / "default" / "new").exists()
+    works(new_run(setup, "model.device=cpu", "name=fixed-device"), "run complete")
+
+
+def test_prompts_longer_than_the_engines_room(setup):
+    data = setup.data / "long.jsonl"
+    rows = [{"question": "1+1", "answer": "2"}, {"question": "2+2", "answer": "4"}, {"question": "+".join(["1"] * 200), "answer": "200"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = new_run(setup, f"model.path={setup.model}", "task=file", f"task.file.train_path={data}", "name=fixed-long")
+    fails_cleanly(setup, args, "'task.overlong_prompts'", "train prompts are longer than the", "leave them out with task.overlong_prompts=drop")
+    assert "left out 1 of" in works([*args, "task.overlong_prompts=drop"], "run complete")
+
+
+def errors_of(args: list[str]) -> list[str]:
+    """Run ``tsctl ARGS`` expecting it to fail (exit 2, no traceback); its ``error:`` lines."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    return [line for line in result.output.splitlines() if line.startswith("error:")]
+
+
+def test_a_non_finite_stop_names_a_lower_lr_and_skipping(setup, monkeypatch):
+    from tsctl.trainer import update as update_module
+
+    huge = new_run(setup, "name=huge-lr", "trainer.lr=1e6", "trainer.warmup_steps=0")
+    [line] = errors_of(huge)
+    assert "non-finite" in line and "Start a new run with a lower trainer.lr" in line and "trainer.nonfinite=skip" in line
+    works(swap(huge, "trainer.lr=1e6", "trainer.lr=5e-5") + ["name=lower-lr"], "run complete")  # a new run, a lower lr
+
+    loss_fn, calls = update_module.get_policy_loss("dapo"), []
+
+    def nan_on_third_call(*args, **kwargs):  # a transient NaN: step 2's first mini-batch
+        calls.append(1)
+        loss, metrics = loss_fn(*args, **kwargs)
+        return (loss * float("nan") if len(calls) == 3 else loss), metrics
+
+    monkeypatch.setattr(update_module, "get_policy_loss", lambda name: nan_on_third_call)
+    [line] = errors_of(new_run(setup, "name=nan-stop"))
+    assert "non-finite loss" in line and "skip such mini-batches with trainer.nonfinite=skip" in line
+    calls.clear()
+    works(new_run(setup, "name=nan-skip", "trainer.nonfinite=skip"), "run complete")
+    assert len(calls) >= 4
+
+
+def test_a_damaged_record_in_a_report_folder(setup, tmp_path):
+    from tsctl.io.run_records import save_record
+
+    record = tmp_path / "sweep" / "point"
+    save_record(setup.run, record)
+    (record / "metrics.jsonl.gz").write_bytes(b"not gzip")
+    [line] = errors_of(["report", str(tmp_path / "sweep")])
+    assert f"{record / 'metrics.jsonl.gz'} is damaged" in line and f"delete {record} and train that point again" in line
+    shutil.rmtree(record)  # deleted, and the point trained again in its place
+    works(["train", *swap(setup.args, f"runs_dir={setup.root / 'runs'}", f"runs_dir={tmp_path}"), "experiment=sweep", "name=point"], "run complete")
+    assert (record / "metrics.jsonl").is_file()
+    works(["report", str(tmp_path / "sweep")])

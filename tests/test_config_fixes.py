@@ -27,6 +27,20 @@ CASES = [
     (["engine.max_new_tokens=64", "engine.max_model_len=64"], ["must exceed engine.max_new_tokens=64"], ["engine.max_model_len=65"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=1"], ["e.g. seeds.pool_size=4"], ["seeds.pool_size=4"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=4", "refresh=0"], ["set refresh > 0"], ["refresh=1"]),
+    (["ratio=5"], ["use ratio > 6.25 for one seeded sample per group, or ratio=0 for plain DAPO"], ["ratio=7"]),
+    (["ratio=5"], ["or ratio=0 for plain DAPO"], ["ratio=0"]),
+    (["ratio=100", "seeds.adv_group=plain"], ["use seeds.adv_group=all"], ["seeds.adv_group=all"]),
+    (["trainer.old_logprobs=engine", "engine.top_p=0.9"], ["use auto or recompute"], ["trainer.old_logprobs=auto"]),
+    # settings that cannot take effect (config/idle.py): "set <switch> or drop it", each way
+    (["ratio=0", "refresh=5"], ["set ratio > 0 (e.g. ratio=25) or drop it"], ["ratio=25"]),
+    (["ratio=0", "refresh=5"], ["set ratio > 0 (e.g. ratio=25) or drop it"], ["~refresh"]),
+    (["ratio=25", "truncation=fixed", "seeds.fraction=0"], ["raise its fraction (e.g. seeds.fraction=0.5"], ["seeds.fraction=0.5"]),
+    (["ratio=25", "seeds.source_path=/tmp/x"], ["set seeds.source=model or traces, or drop it"], ["~seeds.source_path"]),
+    (["ratio=25", "seeds.trace_logprobs=cap"], ["set seeds.source=traces or drop it"], ["~seeds.trace_logprobs"]),
+    (["algo.max_resample_rounds=5"], ["set algo.dynamic_sampling=true or drop it"], ["algo.dynamic_sampling=true"]),
+    (["algo.rollout_correction_cap=3"], ["set algo.rollout_correction=tis or mis, or drop it"], ["algo.rollout_correction=tis"]),
+    (["algo.ref_placement=cpu"], ["set algo.kl_coef > 0 or drop it"], ["algo.kl_coef=0.01"]),
+    (["trainer.max_nonfinite_skips=3"], ["set trainer.nonfinite=skip or drop it"], ["trainer.nonfinite=skip"]),
 ]
 
 
@@ -37,9 +51,9 @@ def cfg_job(args: list[str]) -> tuple[int, list[str]]:
 
 
 def applied(refused: list[str], fix: list[str]) -> list[str]:
-    """``refused`` with each key of ``fix`` set to the fix's value (added where ``refused`` lacks it)."""
-    keys = {o.split("=", 1)[0] for o in fix}
-    return [o for o in refused if o.split("=", 1)[0] not in keys] + fix
+    """``refused`` with each key of ``fix`` set to the fix's value (added where ``refused`` lacks it); ``~key`` drops the key."""
+    keys = {o.lstrip("~").split("=", 1)[0] for o in fix}
+    return [o for o in refused if o.split("=", 1)[0] not in keys] + [o for o in fix if not o.startswith("~")]
 
 
 @pytest.mark.parametrize("refused, words, fix", CASES, ids=[" ".join(c[0]) + " -> " + " ".join(c[2]) for c in CASES])

@@ -192,7 +192,7 @@ def read_shard(path: str | os.PathLike[str], kind: str) -> Shard:
     """Read and validate one shard of ``kind``; raises ShardError if it cannot be trusted."""
     spec = _kind(kind)
     path = Path(path)
-    fix = f"delete it and re-run `{spec.producer}`"
+    fix = f"delete it and {checksum_path(path).name} beside it, then re-run `{spec.producer}`"
     try:
         data = path.read_bytes()
     except FileNotFoundError:
