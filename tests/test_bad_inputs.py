@@ -404,6 +404,9 @@ def test_seed_and_rollout_over_existing_shards(setup, tmp_path):
     fails_cleanly(setup, rollout, "'shards.overwrite'", "already exists", "pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
     works([*rollout, "shards.overwrite=true"])
     works(swap(rollout, f"shards.out_dir={out}", f"shards.out_dir={tmp_path / 'kept'}"))
+    (out / "seeds.parquet").unlink()  # a write cut short leaves the checksum file alone
+    fails_cleanly(setup, seed, "'shards.overwrite'", "seeds.parquet already exists (its checksum file does); pass shards.overwrite=true")
+    works([*seed, "shards.overwrite=true"])
 
 
 def test_a_damaged_seed_shard_names_tsctl_seed(setup, tmp_path):

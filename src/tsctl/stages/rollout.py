@@ -17,7 +17,7 @@ from tsctl.engines.factory import load_policy
 from tsctl.evaluation.targets import resolve_model
 from tsctl.io.progress import console
 from tsctl.io.runs import ROLLOUTS_FILE, SEEDS_FILE, shard_dir
-from tsctl.io.shards import read_shard, write_shard
+from tsctl.io.shards import checksum_path, read_shard, write_shard
 from tsctl.seeds.base import seeds_from_table
 from tsctl.stages.warmup import base_model_path
 from tsctl.trainer.rewards import sample_advantages
@@ -30,8 +30,8 @@ def rollout(composed: Composed) -> Path:
     cfg = composed.cfg
     folder = shard_dir(cfg)
     out = folder / ROLLOUTS_FILE
-    if out.exists() and not cfg.shards.overwrite:
-        raise ConfigError("shards.overwrite", f"{out} already exists; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
+    if (out.exists() or checksum_path(out).exists()) and not cfg.shards.overwrite:  # a checksum alone: a write cut short
+        raise ConfigError("shards.overwrite", f"{out} already exists{'' if out.exists() else ' (its checksum file does)'}; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
     shard = read_shard(folder / SEEDS_FILE, "seed")
     k = int(shard.metadata["seeds_per_prompt"])
     table = shard.table.to_pydict()

@@ -18,7 +18,7 @@ from tsctl.engines.factory import load_policy
 from tsctl.evaluation.targets import resolve_model
 from tsctl.io.progress import console
 from tsctl.io.runs import SEEDS_FILE, shard_dir
-from tsctl.io.shards import write_shard
+from tsctl.io.shards import checksum_path, write_shard
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.selectors import SELECTORS
@@ -38,8 +38,8 @@ def seed(composed: Composed) -> Path:
         if elsewhere:
             raise ConfigError(key, f"tsctl seed writes the seeds of shards.checkpoint only; {key}={value} applies to tsctl train")
     out = shard_dir(cfg) / SEEDS_FILE
-    if out.exists() and not cfg.shards.overwrite:
-        raise ConfigError("shards.overwrite", f"{out} already exists; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
+    if (out.exists() or checksum_path(out).exists()) and not cfg.shards.overwrite:  # a checksum alone: a write cut short
+        raise ConfigError("shards.overwrite", f"{out} already exists{'' if out.exists() else ' (its checksum file does)'}; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
     policy = load_policy(cfg, target.path, target.key)
     task = servable_task(cfg, policy.formatter, policy.engine)
