@@ -185,7 +185,7 @@ def test_loss_norms_and_empty_batch():
 
 def test_registry():
     assert AGGREGATIONS.names() == ("dapo", "grpo")
-    with pytest.raises(ValueError, match=r"unknown policy loss 'ppo'; valid: dapo, grpo"):
+    with pytest.raises(ValueError, match=r"unknown loss aggregation 'ppo'; valid: dapo, grpo"):
         get_policy_loss("ppo")
     with pytest.raises(ValueError, match="already registered"):
         AGGREGATIONS.register("dapo")(lambda *a, **k: None)

@@ -109,7 +109,7 @@ def test_the_script_records_a_micro_run_from_its_own_files(tmp_path, model_cache
     assert list(record["heldout_curve"]) == ["0", "2", "3"] and record["final_step"] == 3  # trainer=micro evaluates every 2 steps and at the end
     times = [r["time/step"] for r in steps[1:]]
     assert record["median_step_seconds"] == statistics.median(times) > 0
-    assert record["job_seconds"] > record["warmup_seconds"] + sum(times)
+    assert record["job_seconds"] > sum(times)  # the warm-up too where this job built the model (the session's cache may hold it)
     assert (record["task"], record["steps"], record["prompts_per_step"], record["samples_per_prompt"]) == ("arithmetic", 3, 4, 4)
     assert record["arithmetic"] == manifest["arithmetic"] == {"device": "cpu", "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads()}
     assert record["versions"] == {"torch": torch.__version__, "transformers": transformers.__version__}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tsctl.algo.losses import AGGREGATIONS
+from tsctl.algo.advantages import ADVANTAGES
+from tsctl.algo.losses import AGGREGATIONS, POLICY_LOSSES
 from tsctl.algo.rollout_correction import CORRECTIONS
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
@@ -22,7 +23,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tsctl"
 
 KEYS = {
     "algo.loss": AGGREGATIONS, "truncation": STRATEGIES, "task.name": TASKS, "engine.name": ENGINES, "seeds.selector": SELECTORS,
-    "seeds.source": SOURCES, "algo.rollout_correction": CORRECTIONS,
+    "seeds.source": SOURCES, "algo.rollout_correction": CORRECTIONS, "algo.policy_loss": POLICY_LOSSES,
+    "algo.adv_estimator": ADVANTAGES,
 }
 """Every config key that names an implementation, and its registry."""
 

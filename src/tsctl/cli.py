@@ -18,6 +18,8 @@ from tsctl.io.progress import console
 def knobs() -> str:
     """The help's list of knobs, with each registry's names (this imports the registries, so it is built only
     when a help is shown: :class:`_WithKnobs`)."""
+    from tsctl.algo.advantages import ADVANTAGES
+    from tsctl.algo.losses import POLICY_LOSSES
     from tsctl.engines.factory import ENGINES
     from tsctl.seeds.selectors import SELECTORS
     from tsctl.seeds.truncation import STRATEGIES
@@ -33,7 +35,8 @@ behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
 [cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop),
 [cyan]engine[/cyan] ({"|".join(ENGINES.names())}: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
-clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong, rollout_correction=none|tis|mis), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
+clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong, rollout_correction=none|tis|mis,
+policy_loss={"|".join(POLICY_LOSSES.names())}, adv_estimator={"|".join(ADVANTAGES.names())}), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
 selector={"|".join(SELECTORS.names())}, pool_size, source=self|model|traces, source_path, trace_logprobs),
 [cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite, checkpoint_on_signal),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),

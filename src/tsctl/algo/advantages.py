@@ -1,6 +1,10 @@
-"""Outcome advantages: group-normalised rewards (GRPO / Dr. GRPO) and DAPO's overlong soft penalty.
+"""Outcome advantages: the registry of estimators, group-normalised rewards (GRPO / Dr. GRPO), DAPO's overlong penalty.
 
 Every sample of a prompt group gets one scalar advantage, broadcast over its tokens by the loss.
+``algo.adv_estimator`` names the estimator, one function of :data:`ADVANTAGES`: ``grpo`` (here,
+:func:`group_advantages`) or another module of :mod:`tsctl.algo` registering itself (``rloo``:
+:mod:`tsctl.algo.rloo`). An estimator is ``fn(rewards [B], group_index [B], *, stats_mask, **reads) -> [B]``
+and declares ``reads``: the ``algo.*`` keys it takes as keyword arguments of the same name.
 Thinking Seeds may compute the group statistics over the plain samples only
 (``seeds.adv_group=plain``): ``stats_mask`` selects the samples that enter the mean and std, while
 every sample, seeded or not, is still centred and scaled by them. Where the selected samples all
@@ -11,12 +15,35 @@ every other group, not left unscaled.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
+from tsctl.config.registry import Registry
+
 GroupIndex = Union[Tensor, Sequence[int]]
+Estimator = Callable[..., Tensor]
+"""``fn(rewards, group_index, *, stats_mask, **reads) -> advantages``, all ``[B]`` (``stats_mask``: bool or None)."""
+
+ADVANTAGES: Registry[Estimator] = Registry("advantage estimator", __package__, reads=())
+"""The estimators by name (``algo.adv_estimator``), from any module of :mod:`tsctl.algo`; each declares ``reads``."""
+
+
+def group_ids(rewards: Tensor, group_index: GroupIndex) -> Tensor:
+    """``[B]`` int64 ids ``0..G-1`` of each sample's group, from any ``[B]`` ids (``rewards`` is ``[B]``)."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards with group_index must be [B]; got shape {tuple(rewards.shape)}")
+    ids = torch.as_tensor(group_index, device=rewards.device)
+    if ids.shape != rewards.shape:
+        raise ValueError(f"group_index shape {tuple(ids.shape)} != rewards shape {tuple(rewards.shape)}")
+    return torch.unique(ids, return_inverse=True)[1]
+
+
+@ADVANTAGES.register("grpo", reads=("norm_adv_by_std", "adv_eps"))
+def _grpo(rewards: Tensor, group_index: GroupIndex, *, stats_mask: Optional[Tensor], norm_adv_by_std: bool, adv_eps: float) -> Tensor:
+    """GRPO (Dr. GRPO without ``norm_adv_by_std``): :func:`group_advantages`; seeded samples as ``stats_mask`` says."""
+    return group_advantages(rewards, group_index, norm_by_std=norm_adv_by_std, eps=adv_eps, stats_mask=stats_mask)
 
 
 def group_advantages(
@@ -58,12 +85,7 @@ def group_advantages(
         num_groups, n = rewards.shape
         ids = torch.arange(num_groups, device=rewards.device).repeat_interleave(n)
     else:
-        if rewards.dim() != 1:
-            raise ValueError(f"rewards with group_index must be [B]; got shape {tuple(rewards.shape)}")
-        ids = torch.as_tensor(group_index, device=rewards.device)
-        if ids.shape != rewards.shape:
-            raise ValueError(f"group_index shape {tuple(ids.shape)} != rewards shape {tuple(rewards.shape)}")
-        ids = torch.unique(ids, return_inverse=True)[1]
+        ids = group_ids(rewards, group_index)
 
     r = rewards.reshape(-1).to(torch.float64)
     stats = torch.ones_like(r, dtype=torch.bool) if stats_mask is None else stats_mask.reshape(-1).bool()

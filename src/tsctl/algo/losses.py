@@ -1,6 +1,10 @@
-"""The policy loss (one clipped objective, a registry of aggregations) and per-token log-prob helpers.
+"""The policy loss (a registry of objectives, a registry of aggregations) and per-token log-prob helpers.
 
-``algo.loss`` names how the per-token clipped losses of :func:`clipped_objective` become one number:
+``algo.policy_loss`` names the per-token objective, one whole function of :data:`POLICY_LOSSES`:
+``vanilla`` (here) is :func:`clipped_objective`; another is one new module of :mod:`tsctl.algo`
+registering itself (``gspo``: :mod:`tsctl.algo.gspo`). Each declares ``prefix_clip``: whether it
+bounds seed-prefix tokens by their own dual clip (``clip_c`` per token, :func:`dual_clip_bounds`).
+``algo.loss`` names how the per-token losses of the objective become one number:
 ``dapo`` averages over every loss token of the mini-batch (token-mean), ``grpo`` over each sequence's
 tokens, then over sequences (seq-mean). :func:`get_policy_loss` returns the loss of that name, a
 function of the signature of :data:`PolicyLossFn` returning ``(loss, metrics)``.
@@ -55,7 +59,10 @@ Norm = Union[float, Tensor]
 DualClip = Union[float, Tensor, None]
 """A dual-clip constant: one float for every token, a ``[B, T]`` tensor of per-token constants, or None (off)."""
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
-"""``fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, clip_c, token_norm, seq_norm, weights)``."""
+"""``fn(logprobs, old_logprobs, advantages, mask, *, policy_loss, prefix, clip_low, clip_high, clip_c, token_norm, seq_norm, weights)``."""
+Objective = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+"""An entry of :data:`POLICY_LOSSES`: ``fn(logprobs, old_logprobs, advantages, mask, *, prefix, clip_low, clip_high,
+clip_c) -> ([B, T] per-token loss, [B, T] metrics)``; ``prefix`` is ``[B, T]`` bool, True on seed-prefix tokens."""
 Aggregation = Callable[[Tensor, Tensor, Norm, Norm], Tensor]
 """``aggregate(values, mask, token_norm, seq_norm) -> 0-d loss`` from ``[B, T]`` per-token values."""
 
@@ -105,10 +112,21 @@ def clipped_objective(
     Returns:
         ``[B, T]`` per-token loss, and the per-token metrics described in the module docstring.
     """
+    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return clipped_terms(log_ratio, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+
+
+def clipped_terms(
+    log_ratio: Tensor, advantages: Tensor, *, clip_low: float, clip_high: float, clip_c: DualClip = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """:func:`clipped_objective` from the log importance ratios: ``r_t = exp(log_ratio)``, then the clips.
+
+    ``log_ratio``: ``[B, T]`` log-ratios (with grad, clamped), per token or GSPO's per sequence; the other
+    arguments and the ``[B, T]`` loss and metrics returned as in :func:`clipped_objective`.
+    """
     if isinstance(clip_c, (int, float)) and clip_c <= 1.0:
         raise ValueError(f"clip_c must be > 1 (or None); got {clip_c}")
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
-    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = log_ratio.exp()
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -193,7 +211,7 @@ def aggregate_sequence_mean(values: Tensor, mask: Tensor, seq_norm: Norm) -> Ten
     return per_seq.sum() / seq_norm
 
 
-AGGREGATIONS: Registry[Aggregation] = Registry("policy loss")
+AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation")
 """How each ``algo.loss`` aggregates the per-token clipped losses: ``dapo`` token-mean, ``grpo`` seq-mean."""
 
 
@@ -209,16 +227,32 @@ def _grpo(values: Tensor, mask: Tensor, token_norm: Norm, seq_norm: Norm) -> Ten
     return aggregate_sequence_mean(values, mask, seq_norm)
 
 
-def get_policy_loss(name: str) -> PolicyLossFn:
-    """The policy loss ``algo.loss=name``: :func:`clipped_objective` per token, then the aggregation ``name``.
+POLICY_LOSSES: Registry[Objective] = Registry("policy loss", __package__, prefix_clip=False)
+"""The per-token objectives by name (``algo.policy_loss``), from any module of :mod:`tsctl.algo`. Each declares
+``prefix_clip``: True if it takes per-token ``clip_c`` bounding seed-prefix tokens by ``algo.prefix_clip_c``."""
 
-    The returned function takes ``(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high,
-    clip_c=None, token_norm, seq_norm, weights=None)``:
+
+@POLICY_LOSSES.register("vanilla", prefix_clip=True)
+def _vanilla(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+    prefix: Tensor, clip_low: float, clip_high: float, clip_c: DualClip = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """:func:`clipped_objective`: every token's own ratio (a prefix token's against pi_b), its own dual clip."""
+    return clipped_objective(logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The policy loss ``algo.loss=name``: an objective of :data:`POLICY_LOSSES` per token, then the aggregation ``name``.
+
+    The returned function takes ``(logprobs, old_logprobs, advantages, mask, *, policy_loss="vanilla",
+    prefix=None, clip_low, clip_high, clip_c=None, token_norm, seq_norm, weights=None)``:
 
     - ``logprobs``: ``[B, T]`` ``pi_theta`` log-probs (with grad);
     - ``old_logprobs``: ``[B, T]`` stored log-probs the ratio is taken against;
     - ``advantages``: ``[B]`` (or ``[B, T]``);
     - ``mask``: ``[B, T]`` response tokens that enter the loss;
+    - ``policy_loss``: the objective's name (``algo.policy_loss``); ``prefix``: ``[B, T]`` bool seed-prefix
+      tokens (None: none);
     - ``clip_low``, ``clip_high``, ``clip_c``: see :func:`clipped_objective`;
     - ``token_norm``, ``seq_norm``: loss tokens and sequences of the whole mini-batch (:func:`loss_norms`);
     - ``weights``: ``[B, T]`` detached per-token multipliers of the clipped terms before aggregation
@@ -230,11 +264,14 @@ def get_policy_loss(name: str) -> PolicyLossFn:
     aggregate = AGGREGATIONS.get(name)
 
     def loss(
-        logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-        clip_low: float, clip_high: float, clip_c: DualClip = None, token_norm: Norm, seq_norm: Norm,
-        weights: Optional[Tensor] = None,
+        logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *, policy_loss: str = "vanilla",
+        prefix: Optional[Tensor] = None, clip_low: float, clip_high: float, clip_c: DualClip = None, token_norm: Norm,
+        seq_norm: Norm, weights: Optional[Tensor] = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        per_token, metrics = clipped_objective(logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+        per_token, metrics = POLICY_LOSSES.get(policy_loss)(
+            logprobs, old_logprobs, advantages, mask, prefix=torch.zeros_like(mask, dtype=torch.bool) if prefix is None else prefix,
+            clip_low=clip_low, clip_high=clip_high, clip_c=clip_c,
+        )
         if weights is not None:
             per_token = per_token * weights
         return aggregate(per_token, mask, token_norm, seq_norm), metrics

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsctl.algo.losses import AGGREGATIONS
+from tsctl.algo.advantages import ADVANTAGES
+from tsctl.algo.losses import AGGREGATIONS, POLICY_LOSSES
 from tsctl.config.compose import Composed, compose_node
 from tsctl.config.errors import ConfigError
 from tsctl.config.idle import idle_settings as settings_idle
@@ -97,6 +98,8 @@ def check_names(cfg: TsctlConfig) -> None:
     one_of("task.file.answer_rule", cfg.task.file.answer_rule, ANSWER_RULES)
     one_of("engine.name", cfg.engine.name, ENGINES.names())
     one_of("algo.loss", cfg.algo.loss, AGGREGATIONS.names())
+    one_of("algo.policy_loss", cfg.algo.policy_loss, POLICY_LOSSES.names())
+    one_of("algo.adv_estimator", cfg.algo.adv_estimator, ADVANTAGES.names())
     s = cfg.seeds
     one_of("seeds.schedule", s.schedule, SCHEDULES)
     one_of("seeds.selector", s.selector, SELECTORS.names())

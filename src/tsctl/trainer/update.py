@@ -12,8 +12,9 @@ The loss mask is built here, next to its normalisers (:func:`loss_mask`): every 
 less the seed-prefix tokens when ``seeds.train_prefix`` is off, the rows cut at the length limit
 when ``algo.overlong=mask``, and the prefix tokens of unknown pi_b when ``seeds.trace_logprobs=exclude``.
 
-Seed-prefix tokens take their dual-clip constant from ``algo.prefix_clip_c``
-(:func:`~tsctl.algo.losses.dual_clip_bounds`). The k3 KL penalty (``algo.kl_coef``) is applied to
+The per-token objective is ``algo.policy_loss`` and its aggregation ``algo.loss``
+(:func:`~tsctl.algo.losses.get_policy_loss`). Seed-prefix tokens take their dual-clip constant from
+``algo.prefix_clip_c`` (:func:`~tsctl.algo.losses.dual_clip_bounds`) when the objective declares ``prefix_clip``. The k3 KL penalty (``algo.kl_coef``) is applied to
 suffix and plain tokens only: it estimates the KL from tokens sampled by the current policy, and
 prefix tokens were sampled by pi_b. Its sum still divides by the mini-batch's token normaliser, so
 each token's KL weighs as much as its policy term. Each mini-batch passes the non-finite guard
@@ -43,7 +44,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
+from tsctl.algo.losses import POLICY_LOSSES, dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.algo.rollout_correction import correction_weights
 from tsctl.config.schema import TsctlConfig
@@ -98,7 +99,7 @@ def policy_update(
         engine_logprobs: [B, T] the engine's log-probs of the tokens it generated
             (:attr:`tsctl.trainer.pi_old.PiOld.engine_logprobs`), needed unless ``algo.rollout_correction=none``.
         seeded: whether the run is a Thinking Seeds run (:func:`tsctl.seeds.base.uses_seeds`): its prefix
-            tokens are bounded by ``algo.prefix_clip_c`` and its clip fractions logged by source and position.
+            tokens are bounded by ``algo.prefix_clip_c`` (if the objective declares ``prefix_clip``) and its clip fractions logged by source and position.
     """
     tr, al = cfg.trainer, cfg.algo
     if al.rollout_correction != "none" and engine_logprobs is None:
@@ -107,7 +108,7 @@ def policy_update(
     guard = guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
     parallel = parallel or Parallel(model)
     temperature = cfg.engine.temperature or 1.0
-    prefix_clip_c = al.prefix_clip_c if seeded else None
+    prefix_clip_c = al.prefix_clip_c if seeded and POLICY_LOSSES.needs(al.policy_loss).prefix_clip else None
     tokens = loss_mask(batch, cfg)
     metrics = MetricSums()
     B = len(batch)
@@ -139,7 +140,7 @@ def policy_update(
                             share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib,
                         )
                     loss, token_metrics = loss_fn(
-                        logprobs, old, sub.advantages, mask,
+                        logprobs, old, sub.advantages, mask, policy_loss=al.policy_loss, prefix=sub.source == PREFIX,
                         clip_low=al.clip_low, clip_high=al.clip_high,
                         clip_c=dual_clip_bounds(sub.source == PREFIX, al.clip_c, prefix_clip_c),
                         token_norm=token_norm, seq_norm=seq_norm, weights=weights,

@@ -46,7 +46,17 @@ class AlgoConfig:
     """Policy-gradient objective: DAPO/GRPO with token-level clipped importance ratios."""
 
     loss: str = "dapo"
-    """Policy loss in the registry: ``dapo`` (token-mean, clip-higher) or ``grpo`` (sequence-mean)."""
+    """How the per-token policy losses become one number (``algo/losses.py``): ``dapo`` (token-mean over the
+    mini-batch) or ``grpo`` (each sequence's token-mean, then the mean over sequences)."""
+    policy_loss: str = "vanilla"
+    """The per-token objective (``algo/losses.py``'s ``POLICY_LOSSES``, one module of ``algo/`` each):
+    ``vanilla`` (PPO clip with clip-higher and the dual clips; every token its own ratio) or ``gspo``
+    (``algo/gspo.py``: one ratio per sequence, the geometric mean over its suffix and plain tokens,
+    clipped as a whole; seed-prefix tokens keep their own ratio and ``prefix_clip_c``)."""
+    adv_estimator: str = "grpo"
+    """The advantage estimator (``algo/advantages.py``'s ``ADVANTAGES``): ``grpo`` (group mean, and std with
+    ``norm_adv_by_std``) or ``rloo`` (``algo/rloo.py``: leave-one-out group mean, no scaling). Both take
+    their group statistics over the samples ``seeds.adv_group`` selects."""
     clip_low: float = 0.2
     """Lower clip range: ratios below 1 - clip_low are clipped."""
     clip_high: float = 0.28
