@@ -97,6 +97,7 @@ def test_a_resume_of_a_live_run_is_refused_and_the_live_run_ends_as_if_alone(ref
     assert manifest(run)["status"] == "completed" and "error" not in manifest(run)
 
 
+@pytest.mark.slow  # its reference run is the command line's
 def test_a_resume_holds_the_runs_lock_when_it_chooses_its_checkpoint(reference, monkeypatch):
     from tsctl.io import resume_plan
 
@@ -182,6 +183,7 @@ def test_running_again_drops_what_the_last_ending_recorded(tmp_path):
     assert "error" not in run.manifest() and run.manifest()["finished_step"] == 6
 
 
+@pytest.mark.slow  # its reference run is the command line's
 def test_a_signal_during_the_step_0_evaluation_stops_the_run_there_and_the_resume_is_exact(reference, monkeypatch):
     from tsctl.stages import train as train_stage
 
