@@ -41,6 +41,8 @@ CASES = [
     (["algo.rollout_correction_cap=3"], ["set algo.rollout_correction=tis or mis, or drop it"], ["algo.rollout_correction=tis"]),
     (["algo.ref_placement=cpu"], ["set algo.kl_coef > 0 or drop it"], ["algo.kl_coef=0.01"]),
     (["trainer.max_nonfinite_skips=3"], ["set trainer.nonfinite=skip or drop it"], ["trainer.nonfinite=skip"]),
+    (["algo.adv_estimator=rloo", "algo.norm_adv_by_std=false"], ["it is read only with algo.adv_estimator=grpo", "set algo.adv_estimator=grpo or drop it"], ["algo.adv_estimator=grpo"]),
+    (["algo.adv_estimator=rloo", "algo.adv_eps=0.001"], ["set algo.adv_estimator=grpo or drop it"], ["~algo.adv_eps"]),
 ]
 
 

@@ -17,6 +17,8 @@ set by a group or preset file on purpose):
   ``seeds.bandit_c`` without ``bandit``, ``seeds.probe_*`` without ``max_entropy``): refused.
 - ``seeds.source``: ``seeds.source_path`` with ``self``, ``seeds.trace_logprobs`` without
   ``traces``: refused.
+- ``algo.adv_estimator``: the ``algo.*`` keys another estimator declares it ``reads``
+  (``algo.norm_adv_by_std``/``algo.adv_eps`` without ``grpo``): refused.
 - ``algo.overlong``: ``algo.overlong_buffer``/``algo.overlong_penalty`` without ``penalty``: refused.
 - ``algo.dynamic_sampling``: ``algo.max_resample_rounds`` when off: refused.
 - ``algo.rollout_correction``: ``algo.rollout_correction_cap`` with ``none``: refused.
@@ -53,10 +55,11 @@ def _changed(section: Any, default: Any, key: str) -> bool:
     return getattr(section, key) != getattr(default, key)
 
 
-def idle_settings(cfg: TsctlConfig, strategies: Registry, selectors: Registry) -> list[ConfigError]:
+def idle_settings(cfg: TsctlConfig, strategies: Registry, selectors: Registry, estimators: Registry) -> list[ConfigError]:
     """One :class:`ConfigError` per key of ``cfg`` set away from its default that cannot take effect (see the module
-    docstring); ``strategies`` and ``selectors`` are the truncation and selector registries, whose entries declare what they read."""
-    found = (_without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg, strategies, selectors)) + _algo_and_trainer(cfg)
+    docstring); ``strategies``, ``selectors`` and ``estimators`` are the truncation, selector and advantage-estimator
+    registries, whose entries declare what they read."""
+    found = (_without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg, strategies, selectors)) + _algo_and_trainer(cfg, estimators)
     return [ConfigError(key, f"{_value(cfg, key)!r} cannot take effect: {why}; {fix}") for key, why, fix in found]
 
 
@@ -77,7 +80,7 @@ def _without_seeds(cfg: TsctlConfig) -> list[Idle]:
 
 
 def _readers(registry: Registry) -> dict[str, list[str]]:
-    """Each ``seeds.*`` key some entry of ``registry`` declares it reads -> those entries, in registration order."""
+    """Each key some entry of ``registry`` declares it ``reads`` (in its own section: ``seeds.*``, ``algo.*``) -> those entries, in registration order."""
     readers: dict[str, list[str]] = {}
     for name in registry.names():
         for key in registry.needs(name).reads:
@@ -106,9 +109,12 @@ def _seeds(cfg: TsctlConfig, strategies: Registry, selectors: Registry) -> list[
     return found
 
 
-def _algo_and_trainer(cfg: TsctlConfig) -> list[Idle]:
+def _algo_and_trainer(cfg: TsctlConfig, estimators: Registry) -> list[Idle]:
     """The ``algo.*`` and ``trainer.*`` keys another key turns off."""
     al, tr, found = cfg.algo, cfg.trainer, []
+    for key, readers in sorted(_readers(estimators).items()):
+        if al.adv_estimator not in readers and _changed(al, _ALGO, key):
+            found.append((f"algo.{key}", f"it is read only with algo.adv_estimator={'|'.join(readers)}", f"set algo.adv_estimator={readers[0]} or drop it"))
     for key in ("overlong_buffer", "overlong_penalty"):
         if al.overlong != "penalty" and _changed(al, _ALGO, key):
             found.append((f"algo.{key}", f"it is read only with algo.overlong=penalty (got {al.overlong})", "set algo.overlong=penalty or drop it"))

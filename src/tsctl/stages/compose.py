@@ -64,8 +64,9 @@ def check(cfg: TsctlConfig, idle: bool = False) -> TsctlConfig:
 
 
 def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
-    """:func:`tsctl.config.idle.idle_settings` with the truncation strategies and selectors that declare what they read."""
-    return settings_idle(cfg, STRATEGIES, SELECTORS)
+    """:func:`tsctl.config.idle.idle_settings` with the truncation strategies, selectors and advantage estimators,
+    which declare what they read."""
+    return settings_idle(cfg, STRATEGIES, SELECTORS, ADVANTAGES)
 
 
 def check_needs(cfg: TsctlConfig) -> None:
