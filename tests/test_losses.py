@@ -1,4 +1,4 @@
-"""Policy losses, their metrics and normalisers, and the per-token log-prob helpers."""
+"""Policy losses, their metrics and normalisers."""
 
 import pytest
 import torch
@@ -6,11 +6,9 @@ import torch
 from tsctl.algo.losses import (
     AGGREGATIONS,
     clipped_objective,
-    entropy_from_logits,
     get_policy_loss,
     kl_penalty_k3,
     loss_norms,
-    token_logprobs,
 )
 
 CLIPS = dict(clip_low=0.2, clip_high=0.28)
@@ -218,42 +216,3 @@ def test_kl_penalty_k3():
     assert kl_penalty_k3(logprobs, ref)[0, 0].item() == 0.0
     assert (kl_penalty_k3(torch.randn(4, 5), torch.randn(4, 5)) >= 0).all()
     assert kl_penalty_k3(torch.tensor([[-30.0]]), torch.tensor([[0.0]])).item() == 10.0
-
-
-@pytest.mark.parametrize("chunk_tokens", [1, 7, 1024])
-def test_entropy_matches_categorical(chunk_tokens):
-    torch.manual_seed(0)
-    logits = torch.randn(3, 5, 11) * 4
-    logits[0, 0] += 50.0  # large offsets must not overflow
-    got = entropy_from_logits(logits, chunk_tokens=chunk_tokens)
-    want = torch.distributions.Categorical(logits=logits).entropy()
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-
-
-def test_entropy_gradient_and_bf16():
-    torch.manual_seed(1)
-    logits = torch.randn(2, 4, 7, requires_grad=True)
-    entropy_from_logits(logits, chunk_tokens=4).sum().backward()
-    ref = logits.detach().clone().requires_grad_()
-    torch.distributions.Categorical(logits=ref).entropy().sum().backward()
-    torch.testing.assert_close(logits.grad, ref.grad, atol=1e-5, rtol=1e-5)
-    bf = entropy_from_logits(logits.detach().bfloat16())
-    assert bf.dtype == torch.float32
-    torch.testing.assert_close(bf, entropy_from_logits(logits.detach().bfloat16().float()))
-
-
-@pytest.mark.parametrize("chunk_tokens", [1, 6, 1024])
-def test_token_logprobs_matches_log_softmax_gather(chunk_tokens):
-    torch.manual_seed(0)
-    full = torch.randn(3, 7, 13) * 3
-    logits = full[:, 1:]  # a non-contiguous slice, as when dropping the prompt
-    targets = torch.randint(0, 13, (3, 6))
-    logits = logits.clone().requires_grad_()
-    got = token_logprobs(logits, targets, chunk_tokens=chunk_tokens)
-    ref_logits = logits.detach().clone().requires_grad_()
-    want = torch.log_softmax(ref_logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    torch.testing.assert_close(got, want)
-    got.sum().backward()
-    want.sum().backward()
-    torch.testing.assert_close(logits.grad, ref_logits.grad)
-    torch.testing.assert_close(token_logprobs(full[:, 1:], targets, chunk_tokens=chunk_tokens), want.detach())

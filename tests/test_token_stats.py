@@ -1,4 +1,4 @@
-"""Chunked log-probs and entropies: equal to the unchunked computation, without ever holding all logits."""
+"""Log-probs and entropies from logits, and the chunked head: equal to the unchunked computation, without ever holding all logits."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from tsctl.models.batch import pack
 from tsctl.models.logprobs import response_logprobs
 from tsctl.models.samples import Sample
-from tsctl.models.token_stats import chunk_positions, head_token_stats
+from tsctl.models.token_stats import chunk_positions, entropy_from_logits, head_token_stats, token_logprobs
 
 B, T, D, V = 3, 10, 16, 5000
 
@@ -127,3 +127,39 @@ def test_response_logprobs_in_small_chunks_equal_one_chunk_without_all_logits():
     whole = run(512)
     for a, b in zip(small, whole):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_entropy_matches_categorical():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11) * 4
+    logits[0, 0] += 50.0  # large offsets must not overflow
+    want = torch.distributions.Categorical(logits=logits).entropy()
+    torch.testing.assert_close(entropy_from_logits(logits), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy_from_logits(logits[1]), want[1], atol=1e-5, rtol=1e-5)
+
+
+def test_entropy_gradient_and_bf16():
+    torch.manual_seed(1)
+    logits = torch.randn(2, 4, 7, requires_grad=True)
+    entropy_from_logits(logits).sum().backward()
+    ref = logits.detach().clone().requires_grad_()
+    torch.distributions.Categorical(logits=ref).entropy().sum().backward()
+    torch.testing.assert_close(logits.grad, ref.grad, atol=1e-5, rtol=1e-5)
+    bf = entropy_from_logits(logits.detach().bfloat16())
+    assert bf.dtype == torch.float32
+    torch.testing.assert_close(bf, entropy_from_logits(logits.detach().bfloat16().float()))
+
+
+def test_token_logprobs_matches_log_softmax_gather():
+    torch.manual_seed(0)
+    full = torch.randn(3, 7, 13) * 3
+    targets = torch.randint(0, 13, (3, 6))
+    logits = full[:, 1:].clone().requires_grad_()
+    got = token_logprobs(logits, targets)
+    ref_logits = logits.detach().clone().requires_grad_()
+    want = torch.log_softmax(ref_logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(logits.grad, ref_logits.grad)
+    torch.testing.assert_close(token_logprobs(full[:, 1:], targets), want.detach())  # a non-contiguous slice, as when dropping the prompt

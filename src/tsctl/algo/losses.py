@@ -1,4 +1,4 @@
-"""The policy loss (a registry of objectives, a registry of aggregations) and per-token log-prob helpers.
+"""The policy loss: a registry of per-token objectives, a registry of aggregations, and the k3 KL penalty.
 
 ``algo.policy_loss`` names the per-token objective, one whole function of :data:`POLICY_LOSSES`:
 ``vanilla`` (here) is :func:`clipped_objective`; another is one new module of :mod:`tsctl.algo`
@@ -294,53 +294,3 @@ def kl_penalty_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """
     d = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return (d.exp() - d - 1.0).clamp(max=10.0)
-
-
-def _rows_per_chunk(logits: Tensor, chunk_tokens: int) -> int:
-    """Batch rows per chunk so that a chunk holds about ``chunk_tokens`` positions (at least one row)."""
-    return max(1, chunk_tokens // max(1, logits.shape[1]))
-
-
-def entropy_from_logits(logits: Tensor, chunk_tokens: int = 1024) -> Tensor:
-    """Entropy of the softmax distribution at every position: ``logsumexp(z) - sum softmax(z) * z``.
-
-    Computed in float32 over chunks of batch rows, so without grad the temporary memory is about
-    ``chunk_tokens * V`` floats rather than several ``[B, T, V]`` tensors. Logits must be finite.
-
-    Args:
-        logits: ``[B, T, V]``.
-        chunk_tokens: positions per chunk (rounded to whole rows of ``T``).
-
-    Returns:
-        ``[B, T]`` float32 entropies in nats.
-    """
-    step = _rows_per_chunk(logits, chunk_tokens)
-    out = []
-    for start in range(0, logits.shape[0], step):
-        z = logits[start : start + step].float()
-        p = torch.softmax(z, dim=-1)
-        out.append(torch.logsumexp(z, dim=-1) - (p * z).sum(dim=-1))
-    return torch.cat(out, dim=0) if out else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
-
-
-def token_logprobs(logits: Tensor, target_ids: Tensor, chunk_tokens: int = 1024) -> Tensor:
-    """Log-probability of each target token: ``z[target] - logsumexp(z)``.
-
-    Equal to ``log_softmax(z).gather(target)`` without materialising the ``[B, T, V]`` log-softmax;
-    computed in float32 over chunks of batch rows.
-
-    Args:
-        logits: ``[B, T, V]``, aligned with ``target_ids`` (position t predicts ``target_ids[:, t]``).
-        target_ids: ``[B, T]`` int64 token ids.
-        chunk_tokens: positions per chunk (rounded to whole rows of ``T``).
-
-    Returns:
-        ``[B, T]`` float32 log-probs.
-    """
-    step = _rows_per_chunk(logits, chunk_tokens)
-    out = []
-    for start in range(0, logits.shape[0], step):
-        z = logits[start : start + step].float()
-        ids = target_ids[start : start + step].unsqueeze(-1)
-        out.append(z.gather(-1, ids).squeeze(-1) - torch.logsumexp(z, dim=-1))
-    return torch.cat(out, dim=0) if out else logits.new_zeros(logits.shape[:2], dtype=torch.float32)

@@ -18,8 +18,6 @@ from typing import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from tsctl.algo.losses import entropy_from_logits, token_logprobs
-
 FLOAT32_BYTES = 4
 
 
@@ -28,17 +26,46 @@ def chunk_positions(chunk_mib: float, vocab_size: int) -> int:
     return max(1, int(chunk_mib * 2**20) // (FLOAT32_BYTES * vocab_size))
 
 
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each target token, ``z[target] - logsumexp(z)``, in float32.
+
+    Equal to ``log_softmax(z).gather(target)`` without materialising the log-softmax.
+
+    Args:
+        logits: ``[..., V]``; position ``i`` predicts ``targets[i]``.
+        targets: ``[...]`` int64 token ids.
+
+    Returns:
+        ``[...]`` float32 log-probs.
+    """
+    z = logits.float()
+    return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of the softmax at every position, ``logsumexp(z) - sum softmax(z) * z``, in float32.
+
+    Args:
+        logits: ``[..., V]``, finite.
+
+    Returns:
+        ``[...]`` float32 entropies.
+    """
+    z = logits.float()
+    return torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+
+
 def _chunk_stats(
     hidden: torch.Tensor, targets: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, ...]:
     """Log-probs [n] (and entropies [n]) of ``targets`` [n] from hidden states [n, d]."""
-    logits = head(hidden).float()[None]  # [1, n, V]
+    logits = head(hidden).float()  # [n, V]
     if temperature != 1.0:
         logits = logits / temperature
-    logprobs = token_logprobs(logits, targets[None])[0]
+    logprobs = token_logprobs(logits, targets)
     if not with_entropy:
         return (logprobs,)
-    return logprobs, entropy_from_logits(logits)[0]
+    return logprobs, entropy_from_logits(logits)
 
 
 def head_token_stats(
