@@ -50,7 +50,7 @@ from tsctl.stages.report.claims import CLAIMS, assess
 from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
 from tsctl.stages.report.crossed import mean_squares, seed_spread
 from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points, header
-from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, notes, table_rows
+from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -234,10 +234,6 @@ def started_from(run: Path) -> Optional[str]:
     return base_weights(RunDir(run).manifest())
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
-
-
 def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional[Summary]]:
     """The page section of one sweep (tables, plots), its points and their summary (none before a run)."""
     title, _, baseline = SWEEPS[name]
@@ -264,10 +260,10 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])
-    lines += _md_table(*table_rows(summary)) + ["", notes(summary), ""]
+    lines += md_table(*table_rows(summary)) + ["", notes(summary), ""]
     if rows:
-        lines += [f"Paired against {baseline}:", "", *_md_table(*comparison_rows(rows)), ""]
-        lines += ["What each comparison rules out:", "", *_md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]
+        lines += [f"Paired against {baseline}:", "", *md_table(*comparison_rows(rows)), ""]
+        lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]
     lines += next((seed_spread_check(p) for p in points if p.label == baseline), [])
     attribution = markdown_section(attribution_rows(points, summary.level), summary.level)
     if attribution:  # one level down: a part of this sweep's section
@@ -301,7 +297,7 @@ def seed_spread_check(point: Point) -> list[str]:
     lines = [f"Seeds against seeds, within {point.label}: how much its seeds' held-out scores spread, against what drawing the "
              "held-out problems alone predicts (the seed-by-problem and sampling noise of the scores, over the problems; "
              "ratio = F of the seeds' mean square to the cells', p its upper tail).", "",
-             *_md_table(["metric", "seeds", "problems", "std over seeds", "std from problem sampling alone", "ratio (F)", "p"], rows), ""]
+             *md_table(["metric", "seeds", "problems", "std over seeds", "std from problem sampling alone", "ratio (F)", "p"], rows), ""]
     if real:
         lines += [f"On {_listed(real)} the seeds of one setting differ by more than problem sampling explains (p < 0.05, each "
                   "metric on its own): a run's score depends on its seed beyond the luck of which problems were drawn, so a test "

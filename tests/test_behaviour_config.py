@@ -33,7 +33,7 @@ def test_bad_values_name_the_key_and_the_fix(overrides, key, text):
 def test_entropy_truncation_needs_a_behaviour_policy_not_traces(tmp_path):
     traces = tmp_path / "t.jsonl"
     traces.write_text('{"question": "1+1", "response": "2"}\n')
-    with pytest.raises(ConfigError, match="a trace file does not have"):
+    with pytest.raises(ConfigError, match="entropies, which seeds.source=traces does not give"):
         compose_config(["seeds.source=traces", f"seeds.source_path={traces}", "truncation=entropy"])
     assert compose_config(["seeds.source=traces", f"seeds.source_path={traces}"]).cfg.seeds.trace_logprobs == "exclude"
 

@@ -12,7 +12,8 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.arm_log import ArmLog
 from tsctl.seeds.attribution import arm_rewards, attribution_metrics, pow2_bin
-from tsctl.seeds.base import arm_of, source_of
+from tsctl.seeds.base import arm_of
+from tsctl.seeds.sources import source_of
 from tsctl.seeds.behaviour import _interleave
 from tsctl.seeds.pool import BehaviourPool, probe_problems
 from tsctl.tasks.base import Problem

@@ -35,7 +35,7 @@ CASES = [
     (["ratio=0", "refresh=5"], ["set ratio > 0 (e.g. ratio=25) or drop it"], ["ratio=25"]),
     (["ratio=0", "refresh=5"], ["set ratio > 0 (e.g. ratio=25) or drop it"], ["~refresh"]),
     (["ratio=25", "truncation=fixed", "seeds.fraction=0"], ["raise its fraction (e.g. seeds.fraction=0.5"], ["seeds.fraction=0.5"]),
-    (["ratio=25", "seeds.source_path=/tmp/x"], ["set seeds.source=model or traces, or drop it"], ["~seeds.source_path"]),
+    (["ratio=25", "seeds.source_path=/tmp/x"], ["set seeds.source=model|traces or drop it"], ["~seeds.source_path"]),
     (["ratio=25", "seeds.trace_logprobs=cap"], ["set seeds.source=traces or drop it"], ["~seeds.trace_logprobs"]),
     (["algo.max_resample_rounds=5"], ["set algo.dynamic_sampling=true or drop it"], ["algo.dynamic_sampling=true"]),
     (["algo.rollout_correction_cap=3"], ["set algo.rollout_correction=tis or mis, or drop it"], ["algo.rollout_correction=tis"]),

@@ -1,15 +1,17 @@
-"""The registries of whole policy losses and advantage estimators: GSPO and RLOO against hand-computed values,
+"""The registries of whole policy losses and advantage estimators: GSPO, RLOO and REINFORCE++ against hand-computed values,
 the defaults (``vanilla``, ``grpo``) equal to the functions they wrap, and a micro train with each new entry."""
 
 import json
 import math
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from tsctl.algo.advantages import ADVANTAGES, group_advantages
 from tsctl.algo.losses import POLICY_LOSSES, clipped_objective, dual_clip_bounds, get_policy_loss
+from tsctl.algo.reinforce_pp import reinforce_pp_advantages
 from tsctl.algo.rloo import rloo_advantages
 from tsctl.cli import app
 
@@ -80,6 +82,61 @@ def test_grpo_estimator_is_group_advantages_exactly():
         got = ADVANTAGES.get("grpo")(rewards, groups, stats_mask=plain, norm_adv_by_std=norm, adv_eps=1e-6)
         assert torch.equal(got, group_advantages(rewards, groups, norm_by_std=norm, eps=1e-6, stats_mask=plain))
     assert ADVANTAGES.needs("grpo").reads == ("norm_adv_by_std", "adv_eps")
+
+
+def test_reinforce_pp_centres_by_group_then_whitens_over_tokens():
+    # Group 0: rewards 1, 0, 0 (mean 1/3); group 1: 1, 1 (mean 1). Lengths 2, 4, 2, 3, 1: N = 12 tokens.
+    # Centred: 2/3, -1/3, -1/3, 0, 0; token mean m = (4/3 - 4/3 - 2/3) / 12 = -1/18;
+    # deviations 13/18, -5/18, -5/18, 1/18, 1/18; unbiased token variance (2*169 + 4*25 + 2*25 + 3 + 1) / 324 / 11.
+    rewards, groups, lengths = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0]), [0, 0, 0, 1, 1], torch.tensor([2, 4, 2, 3, 1])
+    scale = math.sqrt(492 / 324 / 11 + 1e-8)
+    want = [13 / 18 / scale, -5 / 18 / scale, -5 / 18 / scale, 1 / 18 / scale, 1 / 18 / scale]
+    assert reinforce_pp_advantages(rewards, groups, lengths=lengths).tolist() == pytest.approx(want, rel=1e-6)
+    assert ADVANTAGES.needs("reinforce_pp_baseline").reads == () and ADVANTAGES.needs("reinforce_pp_baseline").lengths
+
+
+def test_reinforce_pp_is_the_token_level_whitening_of_the_references():
+    # verl / OpenRLHF: every response token carries its sample's centred return; mean and unbiased variance over the
+    # masked tokens of the batch; (x - mean) * rsqrt(var + 1e-8).
+    torch.manual_seed(0)
+    rewards = torch.randint(0, 2, (12,)).double()
+    groups, lengths = [g for g in range(3) for _ in range(4)], torch.randint(1, 9, (12,))
+    mask = torch.arange(8)[None, :] < lengths[:, None]  # [12, 8]
+    centred = rewards - torch.tensor([rewards[g * 4 : g * 4 + 4].mean() for g in groups], dtype=torch.float64)
+    tokens = centred[:, None].expand(12, 8)[mask]
+    mean, var = tokens.mean(), tokens.var(unbiased=True)
+    want = (centred - mean) * torch.rsqrt(var + 1e-8)
+    torch.testing.assert_close(reinforce_pp_advantages(rewards, groups, lengths=lengths), want)
+
+
+def test_reinforce_pp_takes_group_means_over_the_plain_samples():
+    # Group 0 plain samples 0.0, 0.0 (mean 0): the seeded sample's 1.0 stays 1.0; group 1 all plain, mean 0.5. One token each:
+    # centred 1, 0, 0, 0.5, -0.5; mean 0.2; deviations 0.8, -0.2, -0.2, 0.3, -0.7; variance (0.64 + 0.04 + 0.04 + 0.09 + 0.49) / 4.
+    rewards, groups = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0]), [0, 0, 0, 1, 1]
+    plain = torch.tensor([False, True, True, True, True])
+    scale = math.sqrt(1.3 / 4 + 1e-8)
+    got = reinforce_pp_advantages(rewards, groups, stats_mask=plain, lengths=torch.ones(5))
+    assert got.tolist() == pytest.approx([0.8 / scale, -0.2 / scale, -0.2 / scale, 0.3 / scale, -0.7 / scale], rel=1e-6)
+    # One token in the batch: group-centred 0.5, -0.5, then only the token mean (0.5, the first sample's) subtracted.
+    assert reinforce_pp_advantages(torch.tensor([1.0, 0.0]), [0, 0], lengths=torch.tensor([1, 0])).tolist() == [0.0, -1.0]
+
+
+def test_a_micro_train_logs_reinforce_pp_advantages_that_are_whitened_over_its_tokens(micro, tmp_path):
+    result = CliRunner().invoke(app, [
+        "train", *micro, "algo.adv_estimator=reinforce_pp_baseline", "ratio=25", "trainer.steps=2", "trainer.eval_every=0",
+        "trainer.save_rollouts=true", "name=x",
+    ])
+    assert result.exit_code == 0, result.output
+    shards = sorted((tmp_path / "runs").rglob("rollouts/*.parquet"))
+    assert len(shards) == 2
+    for shard in shards:  # the references' token-level whitening, from the shard's own rewards, groups and lengths
+        table = pq.read_table(shard).to_pydict()
+        rewards, groups = torch.tensor(table["reward"], dtype=torch.float64), torch.tensor(table["group"])
+        lengths = torch.tensor([len(r) for r in table["response_ids"]])
+        centred = rewards - torch.stack([rewards[groups == g].mean() for g in groups])
+        tokens = centred.repeat_interleave(lengths)
+        want = (centred - tokens.mean()) * torch.rsqrt(tokens.var(unbiased=True) + 1e-8)
+        torch.testing.assert_close(torch.tensor(table["advantage"], dtype=torch.float64), want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("choice", ["algo.policy_loss=gspo", "algo.adv_estimator=rloo"])

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.schema import FileTaskConfig
 from tsctl.tasks.file_task import FileTask
 from tsctl.tasks.records import DataError, gold_answer, read_records
@@ -175,7 +176,7 @@ def test_file_task_from_parquet_with_heldout_file(tmp_path: Path) -> None:
 
 
 def test_file_task_errors_name_the_config_key(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="train_path is not set"):
+    with pytest.raises(ConfigError, match="task.file.train_path"):
         FileTask(FileTaskConfig(), data_seed=0)
     path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "q", "answer": "1"}])
     with pytest.raises(DataError, match="line 1: .*set task.file.question_field="):

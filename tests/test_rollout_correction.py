@@ -14,7 +14,6 @@ from test_update import PAD, RecordingSGD, config, rows, tiny_model
 from tsctl.algo.losses import get_policy_loss, loss_norms
 from tsctl.algo.rollout_correction import CORRECTIONS, correction_weights
 from tsctl.config.errors import ConfigError
-from tsctl.config.validate import ROLLOUT_CORRECTIONS
 from tsctl.models.batch import old_logprobs, pack
 from tsctl.models.logprobs import recompute
 from tsctl.models.samples import PLAIN, PREFIX, SUFFIX
@@ -187,7 +186,7 @@ def test_config_mistakes_name_their_key(overrides, words):
 def test_the_default_is_off_and_every_registered_mode_is_accepted():
     algo = compose_config([]).cfg.algo
     assert (algo.rollout_correction, algo.rollout_correction_cap) == ("none", 2.0)
-    assert ROLLOUT_CORRECTIONS == ("none", *CORRECTIONS.names())
+    assert [compose_config([f"algo.rollout_correction={mode}"]).cfg.algo.rollout_correction for mode in CORRECTIONS.names()] == ["tis", "mis"]
     assert compose_config(["algo.rollout_correction=mis", "algo.rollout_correction_cap=1"]).cfg.algo.rollout_correction_cap == 1.0
 
 

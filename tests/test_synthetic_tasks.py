@@ -9,10 +9,13 @@ from collections import Counter
 import pytest
 from omegaconf import OmegaConf
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.schema import ArithmeticConfig, CountdownConfig
-from tsctl.tasks.arithmetic import ArithmeticTask, format_question as arithmetic_question, worked_solution
+from tsctl.stages.compose import compose_config
+from tsctl.tasks.arithmetic import MAX_DIGITS, ArithmeticTask, format_question as arithmetic_question, worked_solution
 from tsctl.tasks.base import Problem
 from tsctl.tasks.countdown import (
+    MAX_NUMBERS,
     CountdownTask,
     check_solution,
     format_question as countdown_question,
@@ -135,12 +138,27 @@ def test_too_few_questions_is_a_clear_error(family, cfg, key):
 
 
 def test_bad_ranges_rejected():
-    with pytest.raises(ValueError, match="max_numbers"):
+    with pytest.raises(ConfigError, match="max_numbers"):
         CountdownTask(CountdownConfig(max_numbers=6), 10, 10, 0)
-    with pytest.raises(ValueError, match="min_numbers"):
+    with pytest.raises(ConfigError, match="min_numbers"):
         CountdownTask(CountdownConfig(min_numbers=1), 10, 10, 0)
-    with pytest.raises(ValueError, match="min_terms"):
+    with pytest.raises(ConfigError, match="min_terms"):
         ArithmeticTask(ArithmeticConfig(min_terms=5, max_terms=4), 10, 10, 0)
+
+
+@pytest.mark.parametrize(
+    "overrides, key, bound",
+    [
+        (["task=countdown", f"task.countdown.max_numbers={MAX_NUMBERS + 1}"], "task.countdown.min_numbers", f"max_numbers <= {MAX_NUMBERS}"),
+        (["task=arithmetic", f"task.arithmetic.max_digits={MAX_DIGITS + 1}"], "task.arithmetic.max_digits", f"<= {MAX_DIGITS}"),
+    ],
+)
+def test_a_task_refuses_its_own_settings_at_composition_by_the_bounds_its_module_defines(overrides, key, bound):
+    with pytest.raises(ConfigError) as err:
+        compose_config(overrides)
+    assert err.value.key == key and bound in str(err.value)
+    # another task's settings are that task's own: they are not checked while they cannot take effect
+    assert compose_config([f"task.countdown.max_numbers={MAX_NUMBERS + 1}", "task=arithmetic"]).cfg.task.name == "arithmetic"
 
 
 # ------------------------------------------------------------------------------------ countdown

@@ -31,7 +31,6 @@ without bias, unlike per-micro-batch means. Names:
 - ``clip_high``: 1 where the upper clip is active: ``A > 0`` and ``r_t > 1 + clip_high``.
 - ``clip_dual``: 1 where the dual clip is active: ``A < 0`` and ``r_t > clip_c`` (0 when off).
 - ``clipped``: ``clip_low + clip_high + clip_dual`` (disjoint): the token's gradient is zero.
-- ``ratio_outside``: 1 where ``r_t`` is outside ``[1 - clip_low, 1 + clip_high]``, whatever ``A``.
 - ``kl_k3``: ``r_t - 1 - log r_t``, the k3 estimate of ``KL(pi_ref || pi_theta)`` where ``pi_ref``
   is the policy of ``old_logprobs`` (the tokens were sampled from it); >= 0.
 
@@ -124,8 +123,6 @@ def clipped_terms(
     ``log_ratio``: ``[B, T]`` log-ratios (with grad, clamped), per token or GSPO's per sequence; the other
     arguments and the ``[B, T]`` loss and metrics returned as in :func:`clipped_objective`.
     """
-    if isinstance(clip_c, (int, float)) and clip_c <= 1.0:
-        raise ValueError(f"clip_c must be > 1 (or None); got {clip_c}")
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     ratio = log_ratio.exp()
     unclipped = -adv * ratio
@@ -150,7 +147,6 @@ def clipped_terms(
             "clip_high": high.float(),
             "clip_dual": dual.float(),
             "clipped": (low | high | dual).float(),
-            "ratio_outside": ((r < 1.0 - clip_low) | (r > 1.0 + clip_high)).float(),
             "kl_k3": (r - 1.0 - log_ratio.detach()).float(),
         }
     return loss, metrics
@@ -171,9 +167,6 @@ def dual_clip_bounds(prefix: Tensor, clip_c: Optional[float], prefix_clip_c: Opt
     """
     if prefix_clip_c is None:
         return clip_c
-    for name, value in (("clip_c", clip_c), ("prefix_clip_c", prefix_clip_c)):
-        if value is not None and value <= 1.0:
-            raise ValueError(f"{name} must be > 1 (or None); got {value}")
     other = math.inf if clip_c is None else clip_c
     return torch.where(prefix.bool(), min(other, prefix_clip_c), other).to(torch.float32)
 

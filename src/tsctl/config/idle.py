@@ -37,7 +37,7 @@ A sweep (``tsctl ablate``) refuses a key only when it is idle at every point
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import Any, Mapping
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
@@ -55,11 +55,12 @@ def _changed(section: Any, default: Any, key: str) -> bool:
     return getattr(section, key) != getattr(default, key)
 
 
-def idle_settings(cfg: TsctlConfig, strategies: Registry, selectors: Registry, estimators: Registry) -> list[ConfigError]:
+def idle_settings(cfg: TsctlConfig, registries: Mapping[str, Registry]) -> list[ConfigError]:
     """One :class:`ConfigError` per key of ``cfg`` set away from its default that cannot take effect (see the module
-    docstring); ``strategies``, ``selectors`` and ``estimators`` are the truncation, selector and advantage-estimator
-    registries, whose entries declare what they read."""
-    found = (_without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg, strategies, selectors)) + _algo_and_trainer(cfg, estimators)
+    docstring). ``registries`` maps ``truncation``, ``seeds.selector``, ``seeds.source`` and ``algo.adv_estimator``
+    to their registries, whose entries declare what they read and need."""
+    found = _without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg, registries["truncation"], registries["seeds.selector"], registries["seeds.source"])
+    found += _algo_and_trainer(cfg, registries["algo.adv_estimator"])
     return [ConfigError(key, f"{_value(cfg, key)!r} cannot take effect: {why}; {fix}") for key, why, fix in found]
 
 
@@ -88,7 +89,7 @@ def _readers(registry: Registry) -> dict[str, list[str]]:
     return readers
 
 
-def _seeds(cfg: TsctlConfig, strategies: Registry, selectors: Registry) -> list[Idle]:
+def _seeds(cfg: TsctlConfig, strategies: Registry, selectors: Registry, sources: Registry) -> list[Idle]:
     """``ratio > 0``: the ``seeds.*`` keys that the truncation, selector or source turn off."""
     s, found = cfg.seeds, []
     cut = strategies.needs(cfg.truncation)
@@ -102,10 +103,13 @@ def _seeds(cfg: TsctlConfig, strategies: Registry, selectors: Registry) -> list[
     for key, readers in sorted(_readers(selectors).items()):
         if s.selector not in readers and _changed(s, _SEEDS, key):
             found.append((f"seeds.{key}", f"it is read only with seeds.selector={'|'.join(readers)}", f"set seeds.selector={readers[0]} or drop it"))
-    if s.source == "self" and s.source_path:
-        found.append(("seeds.source_path", "seeds.source=self writes seeds from the run's own snapshots", "set seeds.source=model or traces, or drop it"))
-    if s.source != "traces" and _changed(s, _SEEDS, "trace_logprobs"):
-        found.append(("seeds.trace_logprobs", "it is read only with seeds.source=traces", "set seeds.source=traces or drop it"))
+    source = sources.needs(s.source)
+    if source.path is None and s.source_path:
+        takers = "|".join(name for name in sources.names() if sources.needs(name).path is not None)
+        found.append(("seeds.source_path", f"seeds.source={s.source} reads no path (it writes seeds from the run's own snapshots)", f"set seeds.source={takers} or drop it"))
+    if source.known_logprobs and _changed(s, _SEEDS, "trace_logprobs"):
+        unknown = "|".join(name for name in sources.names() if not sources.needs(name).known_logprobs)
+        found.append(("seeds.trace_logprobs", f"it is read only with seeds.source={unknown} (pi_b's log-probs unknown)", f"set seeds.source={unknown} or drop it"))
     return found
 
 

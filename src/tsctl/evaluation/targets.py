@@ -14,17 +14,14 @@ A checkpoint setting (``eval.checkpoint``, ``shards.checkpoint``) is one of:
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
-from tsctl.io.checkpoints import list_checkpoints
+from tsctl.io.checkpoints import list_checkpoints, step_of
 from tsctl.io.runs import RunError
-
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -106,8 +103,8 @@ def _run_targets(run: Path, step: str, key: str) -> list[Target]:
 def _model_target(path: str, cfg: TsctlConfig) -> Target:
     """A single model folder or hub id; a run's ``checkpoints/step-N`` keeps its results in the run."""
     folder = Path(path)
-    match = _STEP_DIR.match(folder.name)
-    if match and folder.parent.name == "checkpoints":
-        return Target(folder.name, path, int(match.group(1)), folder.parent.parent / "eval" / folder.name)
+    step = step_of(folder)
+    if step is not None and folder.parent.name == "checkpoints":
+        return Target(folder.name, path, step, folder.parent.parent / "eval" / folder.name)
     label = folder.name if folder.is_dir() else path.replace("/", "--")
     return Target(label, path, None, Path(cfg.runs_dir) / cfg.experiment / "eval" / label)

@@ -31,6 +31,12 @@ class DamagedCheckpoint(RuntimeError):
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
+def step_of(folder: Path) -> int | None:
+    """The step of a ``step-N`` folder (a checkpoint, a pool snapshot, an evaluation), None for any other name."""
+    match = _STEP_DIR.match(folder.name)
+    return int(match.group(1)) if match else None
+
+
 def rng_state() -> dict[str, Any]:
     """The global RNG states of python, numpy and torch."""
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
@@ -64,9 +70,9 @@ def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints under ``folder`` as ``(step, path)``, oldest first."""
     found = []
     for path in folder.glob("step-*") if folder.is_dir() else []:
-        match = _STEP_DIR.match(path.name)
-        if match and (path / STATE_FILE).is_file() and (path / "config.json").is_file():
-            found.append((int(match.group(1)), path))
+        step = step_of(path)
+        if step is not None and (path / STATE_FILE).is_file() and (path / "config.json").is_file():
+            found.append((step, path))
     return sorted(found)
 
 
@@ -92,7 +98,7 @@ def load_state(path: Path) -> dict[str, Any]:
 
 def checkpoint_fix(path: Path) -> str | None:
     """What to do when the files of ``path`` are damaged, if it is a run's checkpoint folder; None otherwise."""
-    if path.parent.name != "checkpoints" or not _STEP_DIR.match(path.name):
+    if path.parent.name != "checkpoints" or step_of(path) is None:
         return None
     return f"delete {path}, then rerun (resume=true continues from the checkpoint before it)"
 

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from tsctl.models.samples import Sample
-from tsctl.seeds.base import arm_of, source_of
+from tsctl.seeds.base import arm_of
+from tsctl.seeds.sources import SOURCES, source_of
 
 
 def pow2_bin(x: int) -> str:
@@ -48,7 +49,7 @@ def attribution_metrics(samples: Sequence[Sample], advantages: torch.Tensor, ste
             continue
         source = source_of(s.behaviour_checkpoint)
         keys = [f"by_age/{pow2_bin(max(0, step - s.behaviour_step))}", f"by_prefix/{pow2_bin(len(s.prefix_ids))}", f"by_source/{source}"]
-        if source == "self":
+        if SOURCES.needs(source).own:
             keys.append(f"by_arm/{arm_of(s.behaviour_step, step, refresh)}")
         for key in keys:
             splits.setdefault(key, []).append((float(s.reward >= 1.0), adv))
@@ -65,7 +66,7 @@ def arm_rewards(samples: Sequence[Sample], advantages: torch.Tensor, step: int, 
     """``{arm: (sum of advantages, seeded samples)}`` of the step's seeds from the run's own snapshots."""
     out: dict[int, tuple[float, int]] = {}
     for s, adv in zip(samples, advantages.tolist()):
-        if s.seeded and source_of(s.behaviour_checkpoint) == "self":
+        if s.seeded and SOURCES.needs(source_of(s.behaviour_checkpoint)).own:
             arm = arm_of(s.behaviour_step, step, refresh)
             total, count = out.get(arm, (0.0, 0))
             out[arm] = (total + adv, count + 1)

@@ -56,6 +56,8 @@ class SeedBank:
         self.folder, self.cfg, self.formatter, self.task, self.problems = folder, cfg, formatter, task, problems
         self.checkpoints, self.base = checkpoints, base
         self.k = seeded_count(cfg)
+        if self.k < 1:
+            raise ValueError(f"a seed bank needs seeded samples; ratio={cfg.ratio:g} of trainer.n={cfg.trainer.n} seeds none")
         self.start = -1
         self.rows: list[Seed] = []
         self.ids: list[str] = []
@@ -71,11 +73,11 @@ class SeedBank:
 
     def opens_window(self, step: int) -> bool:
         """Whether a later window starts at ``step`` (its behaviour weights must then be checkpointed)."""
-        return self.k > 0 and 0 < step < self.cfg.trainer.steps and self.window(step)[0] == step
+        return 0 < step < self.cfg.trainer.steps and self.window(step)[0] == step
 
     def keep(self, next_step: int) -> set[int]:
         """Checkpoint steps to spare from pruning before ``next_step`` runs: its window's first step while it is open."""
-        if self.k == 0 or next_step >= self.cfg.trainer.steps:
+        if next_step >= self.cfg.trainer.steps:
             return set()
         first = self.window(next_step)[0]
         return {first} if first > 0 else set()
@@ -83,7 +85,7 @@ class SeedBank:
     def check_resume(self, step: int) -> None:
         """Before a resume at ``step`` touches anything: raise ShardError if its window's shard is unusable and cannot be written again."""
         first, last = self.window(step)
-        if self.k == 0 or step == first or first == 0 or any(s == first for s, _ in list_checkpoints(self.checkpoints)):
+        if step == first or first == 0 or any(s == first for s, _ in list_checkpoints(self.checkpoints)):
             return
         try:
             read_shard(self.path(first), "seed")
@@ -96,7 +98,7 @@ class SeedBank:
             self.opened_at = step
             self.writer.resume(step)
         first, last = self.window(step)
-        if first == self.start or self.k == 0:
+        if first == self.start:
             return
         path = self.path(first)
         try:
@@ -176,10 +178,6 @@ class SeedBank:
                 raise ShardError(f"{self.path(self.start)}: row {lo} is for prompt {self.ids[lo]}, expected {self.problems[index].id}; delete the shard to regenerate it")
             out.append([s for s in self.rows[lo : lo + self.k] if s.checkpoint])  # "": a prompt without a trace
         return out
-
-    def for_extra(self, step: int, indices: Sequence[int]) -> list[list[Seed]]:
-        """Dynamic sampling's refill prompts have no seeds: their samples are all plain."""
-        return [[] for _ in indices]
 
     def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
         """Attribution metrics of step ``step``'s seeded samples (``seeds/by_*``); the bandit learns from them."""

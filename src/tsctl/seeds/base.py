@@ -17,10 +17,6 @@ from dataclasses import dataclass
 
 from tsctl.config.schema import TsctlConfig
 
-MODEL_PREFIX, TRACES_PREFIX = "model:", "traces:"
-"""How a seed's ``checkpoint`` names another model (``model:<path>``) or a trace file (``traces:<path>``)."""
-
-
 @dataclass(frozen=True)
 class Seed:
     """A behaviour-policy prefix for one prompt.
@@ -72,12 +68,3 @@ def window_start(step: int, refresh: int) -> int:
 def arm_of(behaviour_step: int, step: int, refresh: int) -> int:
     """The arm (age in windows at the window's start) of a snapshot from ``behaviour_step`` serving ``step``."""
     return (window_start(step, refresh) - behaviour_step) // refresh if refresh else 0
-
-
-def source_of(checkpoint: str) -> str:
-    """``model``, ``traces`` or ``self`` (the run's own snapshots) for a seed's ``checkpoint`` string."""
-    if checkpoint.startswith(MODEL_PREFIX):
-        return "model"
-    if checkpoint.startswith(TRACES_PREFIX):
-        return "traces"
-    return "self"

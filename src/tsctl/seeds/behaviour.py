@@ -41,7 +41,7 @@ from tsctl.seeds.base import arm_of
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.pool import SNAPSHOT_FILE, BehaviourPool, Snapshot, probe_problems, probe_surprisal
 from tsctl.seeds.selectors import SELECTORS, ArmStats, select
-from tsctl.seeds.sources import TraceSource, external_source
+from tsctl.seeds.sources import SOURCES, TraceSource, external_source
 from tsctl.tasks.base import Problem, Task
 
 
@@ -51,7 +51,7 @@ class WindowWriter:
     def __init__(self, folder: Path, cfg: TsctlConfig, formatter: PromptFormatter, task: Task, problems: Sequence[Problem]) -> None:
         s, needs = cfg.seeds, SELECTORS.needs(cfg.seeds.selector)
         self.cfg, self.formatter, self.task = cfg, formatter, task
-        self.pool = BehaviourPool(folder / "pool", s.pool_size) if s.source == "self" and needs.pool else None
+        self.pool = BehaviourPool(folder / "pool", s.pool_size) if SOURCES.needs(s.source).own and needs.pool else None
         self.log = ArmLog(folder / "pool" / "arms.jsonl") if self.pool is not None and needs.arm_log else None
         self.probes = probe_problems(problems, s.probe_prompts, cfg.seed) if self.pool is not None and needs.probes else None
         self.external = external_source(cfg, formatter, task)

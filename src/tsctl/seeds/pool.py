@@ -19,7 +19,6 @@ Only runs whose selector can pick an older snapshot write a pool (it declares ``
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +31,11 @@ from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
 from tsctl.io import atomic
+from tsctl.io.checkpoints import step_of
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem
 
 SNAPSHOT_FILE = "snapshot.json"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -69,10 +68,10 @@ class BehaviourPool:
         """Complete snapshots on disk, newest first."""
         found = []
         for path in self.folder.glob("step-*") if self.folder.is_dir() else []:
-            match = _STEP_DIR.match(path.name)
-            if match and (path / SNAPSHOT_FILE).is_file() and (path / "config.json").is_file():
+            step = step_of(path)
+            if step is not None and (path / SNAPSHOT_FILE).is_file() and (path / "config.json").is_file():
                 meta = json.loads((path / SNAPSHOT_FILE).read_text())
-                found.append(Snapshot(int(match.group(1)), path, meta.get("surprisal")))
+                found.append(Snapshot(step, path, meta.get("surprisal")))
         return sorted(found, key=lambda s: -s.step)
 
     def add(self, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, surprisal: float | None = None) -> None:

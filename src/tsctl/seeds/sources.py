@@ -21,8 +21,15 @@ pi_b of a trace is unknown: the shard stores NaN log-probs and entropies, and
 ``truncation=entropy`` needs pi_b's entropies and is refused with traces.
 
 Both write the seed shard's columns; ``checkpoint`` says where a seed came from (``model:<path>``,
-``traces:<path>``, read by :func:`tsctl.seeds.attribution.source_of`) and ``checkpoint_step`` is the
-window's first step (so ``seeds/behaviour_age`` counts steps since the seeds were written).
+``traces:<path>``: the entry's declared ``label`` and the path, read by :func:`source_of`) and
+``checkpoint_step`` is the window's first step (so ``seeds/behaviour_age`` counts steps since the seeds
+were written).
+
+Each entry of :data:`SOURCES` declares what the rest of the toolkit asks of a source: ``own`` (the run's
+own snapshots, which the behaviour pool and its selectors choose among), ``path`` (what
+``seeds.source_path`` must name; None: it takes none), ``path_is_file``, ``entropies`` (it gives pi_b's
+entropies, which ``truncation=entropy`` reads), ``known_logprobs`` (it gives pi_b's log-probs; without
+them ``seeds.trace_logprobs`` decides) and ``label`` (how a seed's ``checkpoint`` names it).
 """
 
 from __future__ import annotations
@@ -40,7 +47,6 @@ from tsctl.engines.factory import build_engine, in_process
 from tsctl.models.loading import load_model
 from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
-from tsctl.seeds.base import MODEL_PREFIX, TRACES_PREFIX
 from tsctl.seeds.generate import cut_points, seed_columns
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.records import DataError, read_records
@@ -72,7 +78,7 @@ class ModelSource:
         """``k`` seeds per problem written by the other model, pi_b its teacher-forced log-probs."""
         return seed_columns(
             self.model, self.engine, self.formatter, self.task, problems, k, self.cfg,
-            checkpoint=MODEL_PREFIX + self.where, checkpoint_step=first, sample_seed=sample_seed, serve_steps=serve_steps, teacher_forced=True,
+            checkpoint=SOURCES.needs("model").label + self.where, checkpoint_step=first, sample_seed=sample_seed, serve_steps=serve_steps, teacher_forced=True,
         )
 
 
@@ -138,7 +144,7 @@ class TraceSource:
                 rows.append((problem, step, ids, finished, bool(found)))
         kept = [r for r in rows if r[4]]
         cuts = iter(cut_points([r[2] for r in kept], [None] * len(kept), [r[1] for r in kept], self.formatter, self.task, self.cfg, np.random.default_rng(sample_seed)))
-        label = TRACES_PREFIX + self.where
+        label = SOURCES.needs("traces").label + self.where
         return {
             "prompt_id": [r[0].id for r in rows],
             "prompt_ids": [self.formatter.prompt_ids(r[0].question) for r in rows],
@@ -152,11 +158,20 @@ class TraceSource:
         }
 
 
-SOURCES: Registry[Callable[[TsctlConfig, PromptFormatter, Task], ModelSource | TraceSource | None]] = Registry("seed source")
+SOURCES: Registry[Callable[[TsctlConfig, PromptFormatter, Task], ModelSource | TraceSource | None]] = Registry(
+    "seed source", own=False, path=None, path_is_file=False, entropies=True, known_logprobs=True, label="",
+)
 """Who writes the seeds, by ``seeds.source``: the run's own snapshots (``self``: no outside source), another model, a trace file."""
-SOURCES.register("self")(lambda cfg, formatter, task: None)
-SOURCES.register("model")(ModelSource)
-SOURCES.register("traces")(TraceSource)
+SOURCES.register("self", own=True)(lambda cfg, formatter, task: None)
+SOURCES.register("model", path="an HF model folder or hub id", label="model:")(ModelSource)
+SOURCES.register("traces", path="a JSONL or Parquet file of traces", path_is_file=True, entropies=False, known_logprobs=False, label="traces:")(TraceSource)
+
+
+def source_of(checkpoint: str) -> str:
+    """The ``seeds.source`` that wrote a seed, from its ``checkpoint`` (the entry whose ``label`` begins it; else the run's own)."""
+    names = SOURCES.names()
+    labelled = [name for name in names if SOURCES.needs(name).label and checkpoint.startswith(SOURCES.needs(name).label)]
+    return labelled[0] if labelled else next(name for name in names if SOURCES.needs(name).own)
 
 
 def external_source(cfg: TsctlConfig, formatter: PromptFormatter, task: Task) -> ModelSource | TraceSource | None:

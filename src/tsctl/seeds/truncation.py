@@ -70,8 +70,8 @@ class CutContext:
 Strategy = Callable[[Sequence[int], int, CutContext, SeedsConfig, np.random.Generator], int]
 """``(response_ids, span, ctx, cfg, rng) -> cut`` with ``0 <= cut <= span``."""
 
-SCHEDULES: tuple[str, ...] = ("cosine", "linear")
-"""Shapes of the ``schedule`` strategy (``seeds.schedule``)."""
+CUT_SCHEDULES: tuple[str, ...] = ("cosine", "linear")
+"""Shapes of the ``schedule`` strategy's prefix fraction over the run (``seeds.schedule``); not the learning-rate schedule."""
 
 STRATEGIES: Registry[Strategy] = Registry("truncation strategy", __package__, reads=(), largest=None, entropies=False)
 """The strategies by name (the values of ``truncation``), from any module of :mod:`tsctl.seeds`. Each declares
@@ -122,7 +122,7 @@ def schedule_fraction(cfg: SeedsConfig, step: int, total_steps: int) -> float:
     elif cfg.schedule == "cosine":
         remaining = 0.5 * (1.0 + math.cos(math.pi * p))
     else:
-        raise ValueError(f"unknown seeds.schedule {cfg.schedule!r}; valid names: {', '.join(SCHEDULES)}")
+        raise ValueError(f"unknown seeds.schedule {cfg.schedule!r}; valid names: {', '.join(CUT_SCHEDULES)}")
     return cfg.schedule_end + (cfg.schedule_start - cfg.schedule_end) * remaining
 
 

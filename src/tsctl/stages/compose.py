@@ -13,19 +13,19 @@ from pathlib import Path
 
 from tsctl.algo.advantages import ADVANTAGES
 from tsctl.algo.losses import AGGREGATIONS, POLICY_LOSSES
+from tsctl.algo.rollout_correction import CORRECTIONS
 from tsctl.config.compose import Composed, compose_node
 from tsctl.config.errors import ConfigError
 from tsctl.config.idle import idle_settings as settings_idle
 from tsctl.config.schema import TsctlConfig
-from tsctl.config.validate import one_of, validate
+from tsctl.config.ranges import one_of
+from tsctl.config.validate import validate
 from tsctl.engines.factory import ENGINES
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.selectors import BANDITS, SELECTORS
 from tsctl.seeds.sources import SOURCES
-from tsctl.seeds.truncation import SCHEDULES, STRATEGIES
+from tsctl.seeds.truncation import CUT_SCHEDULES, STRATEGIES
 from tsctl.tasks.benchmarks import available_benchmarks
-from tsctl.tasks.grading import GRADERS
-from tsctl.tasks.records import ANSWER_RULES
 from tsctl.tasks.registry import TASKS
 from tsctl.trainer.denominators import TRACE_LOGPROBS
 
@@ -64,9 +64,9 @@ def check(cfg: TsctlConfig, idle: bool = False) -> TsctlConfig:
 
 
 def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
-    """:func:`tsctl.config.idle.idle_settings` with the truncation strategies, selectors and advantage estimators,
-    which declare what they read."""
-    return settings_idle(cfg, STRATEGIES, SELECTORS, ADVANTAGES)
+    """:func:`tsctl.config.idle.idle_settings` with the truncation strategies, selectors, seed sources and advantage
+    estimators, which declare what they read and need."""
+    return settings_idle(cfg, {"truncation": STRATEGIES, "seeds.selector": SELECTORS, "seeds.source": SOURCES, "algo.adv_estimator": ADVANTAGES})
 
 
 def check_needs(cfg: TsctlConfig) -> None:
@@ -80,29 +80,33 @@ def check_needs(cfg: TsctlConfig) -> None:
             f"'engine' needs engine=hf with engine.top_p=1 (got engine={e.name}, top_p={e.top_p:g}): other engines' "
             "numerics differ from the trainer's and a nucleus changes the distribution; use auto or recompute",
         )
+    source = SOURCES.needs(s.source)
+    if source.path is not None and not s.source_path:
+        raise ConfigError("seeds.source_path", f"seeds.source={s.source} needs {source.path}: seeds.source_path=<path>")
+    if source.path_is_file and not Path(s.source_path).is_file():
+        raise ConfigError("seeds.source_path", f"{s.source_path} does not exist or is not a file (seeds.source={s.source} reads {source.path})")
     if SELECTORS.needs(s.selector).pool:
-        if s.source != "self":
+        if not source.own:
             raise ConfigError("seeds.selector", f"{s.selector!r} chooses among the run's own snapshots, but seeds.source={s.source}; use seeds.selector=latest")
         if s.pool_size < 2:
             raise ConfigError("seeds.pool_size", f"seeds.selector={s.selector} needs a pool of 2 or more snapshots to choose from (got {s.pool_size}); e.g. seeds.pool_size=4")
         if cfg.refresh == 0:
             raise ConfigError("seeds.selector", f"{s.selector!r} needs snapshots from several refresh windows, but refresh=0 keeps only the initial model; set refresh > 0")
-    if s.source == "traces" and STRATEGIES.needs(cfg.truncation).entropies:
-        raise ConfigError("truncation", f"{cfg.truncation!r} needs the behaviour policy's entropies, which a trace file does not have; choose another truncation")
+    if not source.entropies and STRATEGIES.needs(cfg.truncation).entropies:
+        raise ConfigError("truncation", f"{cfg.truncation!r} needs the behaviour policy's entropies, which seeds.source={s.source} does not give; choose another truncation")
 
 
 def check_names(cfg: TsctlConfig) -> None:
     """Every key that names an implementation names a registered one."""
     one_of("truncation", cfg.truncation, STRATEGIES.names())
     one_of("task.name", cfg.task.name, TASKS.names())
-    one_of("task.file.grader", cfg.task.file.grader, GRADERS)
-    one_of("task.file.answer_rule", cfg.task.file.answer_rule, ANSWER_RULES)
     one_of("engine.name", cfg.engine.name, ENGINES.names())
     one_of("algo.loss", cfg.algo.loss, AGGREGATIONS.names())
     one_of("algo.policy_loss", cfg.algo.policy_loss, POLICY_LOSSES.names())
     one_of("algo.adv_estimator", cfg.algo.adv_estimator, ADVANTAGES.names())
+    one_of("algo.rollout_correction", cfg.algo.rollout_correction, ("none", *CORRECTIONS.names()))
     s = cfg.seeds
-    one_of("seeds.schedule", s.schedule, SCHEDULES)
+    one_of("seeds.schedule", s.schedule, CUT_SCHEDULES)
     one_of("seeds.selector", s.selector, SELECTORS.names())
     one_of("seeds.bandit", s.bandit, BANDITS)
     one_of("seeds.source", s.source, SOURCES.names())

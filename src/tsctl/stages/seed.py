@@ -34,7 +34,7 @@ def seed(composed: Composed) -> Path:
         raise ConfigError("ratio", "ratio=0 seeds no sample; use e.g. ratio=25")
     k = seeded_count(cfg)
     source, selector = cfg.seeds.source, cfg.seeds.selector
-    for key, value, elsewhere in (("seeds.source", source, source != "self"), ("seeds.selector", selector, SELECTORS.needs(selector).pool)):
+    for key, value, elsewhere in (("seeds.source", source, not SOURCES.needs(source).own), ("seeds.selector", selector, SELECTORS.needs(selector).pool)):
         if elsewhere:
             raise ConfigError(key, f"tsctl seed writes the seeds of shards.checkpoint only; {key}={value} applies to tsctl train")
     out = shard_dir(cfg) / SEEDS_FILE

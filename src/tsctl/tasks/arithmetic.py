@@ -28,10 +28,14 @@ import random
 import re
 from typing import Sequence
 
-from tsctl.config.schema import ArithmeticConfig
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import ArithmeticConfig, TaskConfig
 from tsctl.tasks.base import Problem
+from tsctl.tasks.registry import TASKS
 from tsctl.tasks.synthetic import SyntheticTask, draw_distinct, int_config
 
+MAX_DIGITS = 6
+"""The largest ``task.arithmetic.max_digits``: the most digits of one term."""
 _INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
 
 
@@ -77,10 +81,7 @@ class ArithmeticTask(SyntheticTask):
 
     def __init__(self, cfg: ArithmeticConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
         cfg = int_config(ArithmeticConfig, cfg)
-        if not 2 <= cfg.min_terms <= cfg.max_terms:
-            raise ValueError("task.arithmetic.min_terms/max_terms: need 2 <= min_terms <= max_terms")
-        if cfg.max_digits < 1:
-            raise ValueError("task.arithmetic.max_digits must be >= 1")
+        check_config(cfg)
         super().__init__(train_size, heldout_size, data_seed)
         self.cfg = cfg
 
@@ -117,3 +118,16 @@ class ArithmeticTask(SyntheticTask):
             terms.append(low + int(9 * low * rand()))
         signs = [1] + [1 if rand() < 0.5 else -1 for _ in range(count - 1)]
         return terms, signs
+
+
+def check_config(cfg: ArithmeticConfig) -> None:
+    """Refuse ``task.arithmetic`` settings the task cannot generate, in one line naming the key."""
+    if not 2 <= cfg.min_terms <= cfg.max_terms:
+        raise ConfigError("task.arithmetic.min_terms", "need 2 <= min_terms <= max_terms")
+    if not 1 <= cfg.max_digits <= MAX_DIGITS:
+        raise ConfigError("task.arithmetic.max_digits", f"{cfg.max_digits} is out of range; allowed: 1 <= task.arithmetic.max_digits <= {MAX_DIGITS}")
+
+
+@TASKS.register("arithmetic", check=lambda cfg: check_config(cfg.arithmetic))
+def _build(cfg: TaskConfig) -> ArithmeticTask:
+    return ArithmeticTask(cfg.arithmetic, cfg.train_size, cfg.heldout_size, cfg.data_seed)

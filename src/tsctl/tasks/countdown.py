@@ -39,8 +39,10 @@ from typing import Sequence
 
 import numpy as np
 
-from tsctl.config.schema import CountdownConfig
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import CountdownConfig, TaskConfig
 from tsctl.tasks.base import Problem
+from tsctl.tasks.registry import TASKS
 from tsctl.tasks.synthetic import SyntheticTask, draw_distinct, int_config
 
 MAX_NUMBERS = 5
@@ -258,12 +260,7 @@ class CountdownTask(SyntheticTask):
 
     def __init__(self, cfg: CountdownConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
         cfg = int_config(CountdownConfig, cfg)
-        if not 2 <= cfg.min_numbers <= cfg.max_numbers <= MAX_NUMBERS:
-            raise ValueError(
-                f"task.countdown.min_numbers/max_numbers: need 2 <= min_numbers <= max_numbers <= {MAX_NUMBERS}"
-            )
-        if cfg.max_number < 1 or cfg.max_target < 1:
-            raise ValueError("task.countdown.max_number and task.countdown.max_target must be >= 1")
+        check_config(cfg)
         super().__init__(train_size, heldout_size, data_seed)
         self.cfg = cfg
 
@@ -311,3 +308,16 @@ class CountdownTask(SyntheticTask):
         if target > cfg.max_target or target in numbers or target in results[:-1]:
             return numbers, None
         return numbers, target
+
+
+def check_config(cfg: CountdownConfig) -> None:
+    """Refuse ``task.countdown`` settings the task cannot generate, in one line naming the key."""
+    if not 2 <= cfg.min_numbers <= cfg.max_numbers <= MAX_NUMBERS:
+        raise ConfigError("task.countdown.min_numbers", f"need 2 <= min_numbers <= max_numbers <= {MAX_NUMBERS} (4 is fast; {MAX_NUMBERS} takes minutes to generate)")
+    if cfg.max_number < 1 or cfg.max_target < 1:
+        raise ConfigError("task.countdown.max_number", "task.countdown.max_number and task.countdown.max_target must be >= 1")
+
+
+@TASKS.register("countdown", check=lambda cfg: check_config(cfg.countdown))
+def _build(cfg: TaskConfig) -> CountdownTask:
+    return CountdownTask(cfg.countdown, cfg.train_size, cfg.heldout_size, cfg.data_seed)

@@ -11,10 +11,13 @@ import logging
 import random
 from collections.abc import Sequence
 
-from tsctl.config.schema import FileTaskConfig
+from tsctl.config.errors import ConfigError
+from tsctl.config.ranges import in_range, one_of
+from tsctl.config.schema import FileTaskConfig, TaskConfig
 from tsctl.tasks.base import Problem, Split
 from tsctl.tasks.grading import GRADERS, ensure_answer_line, response_reward
-from tsctl.tasks.records import DataError, Record, read_records
+from tsctl.tasks.records import ANSWER_RULES, DataError, Record, read_records
+from tsctl.tasks.registry import TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -33,15 +36,10 @@ class FileTask:
             on_bad_row: ``error`` (stop at a malformed row) or ``skip`` (drop and count it).
 
         Raises:
-            DataError: an unset or missing file, a malformed row, or a missing field.
-            ValueError: an unknown grader or a heldout_fraction outside [0, 1).
+            ConfigError: settings :func:`check_config` refuses.
+            DataError: a missing file, a malformed row, or a missing field.
         """
-        if cfg.grader not in GRADERS:
-            raise ValueError(f"task.file.grader={cfg.grader!r}: choose one of {', '.join(GRADERS)}")
-        if not 0.0 <= cfg.heldout_fraction < 1.0:
-            raise ValueError(f"task.file.heldout_fraction={cfg.heldout_fraction}: must be in [0, 1)")
-        if not cfg.train_path:
-            raise DataError("task.file.train_path is not set: point it at a .jsonl or .parquet file of problems")
+        check_config(cfg)
         self.cfg = cfg
         self.answer_marker: str | None = cfg.answer_pattern
         self.skipped = 0
@@ -108,3 +106,17 @@ def _split(records: list[Record], fraction: float, seed: int) -> tuple[list[Reco
     train = [record for index, record in enumerate(records) if index not in held]
     heldout = [record for index, record in enumerate(records) if index in held]
     return train, heldout
+
+
+def check_config(cfg: FileTaskConfig) -> None:
+    """Refuse ``task.file`` settings that cannot make a task, in one line naming the key."""
+    if not cfg.train_path:
+        raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file: task.file.train_path=data/train.jsonl")
+    one_of("task.file.grader", cfg.grader, GRADERS)
+    one_of("task.file.answer_rule", cfg.answer_rule, ANSWER_RULES)
+    in_range("task.file.heldout_fraction", cfg.heldout_fraction, 0.0, 0.9)
+
+
+@TASKS.register("file", check=lambda cfg: check_config(cfg.file))
+def _build(cfg: TaskConfig) -> FileTask:
+    return FileTask(cfg.file, cfg.data_seed, on_bad_row=cfg.file.on_bad_row)

@@ -19,5 +19,8 @@ def sample_advantages(samples: Sequence[Sample], cfg: TsctlConfig) -> torch.Tens
         lengths = torch.tensor([len(s.response_ids) for s in samples])
         rewards = rewards + overlong_penalty(lengths, cfg.engine.max_new_tokens, al.overlong_buffer, al.overlong_penalty).double()
     stats_mask = torch.tensor([not s.seeded for s in samples]) if cfg.seeds.adv_group == "plain" else None
-    reads = {key: getattr(al, key) for key in ADVANTAGES.needs(al.adv_estimator).reads}
+    needs = ADVANTAGES.needs(al.adv_estimator)
+    reads = {key: getattr(al, key) for key in needs.reads}
+    if needs.lengths:
+        reads["lengths"] = torch.tensor([len(s.response_ids) for s in samples])
     return ADVANTAGES.get(al.adv_estimator)(rewards, [s.group for s in samples], stats_mask=stats_mask, **reads)

@@ -121,10 +121,9 @@ def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
         if missing <= 0:
             break
         extra = extra_prompts(parallel.sampling_seed(cfg.seed), step, round_, missing, len(ctx.problems))
-        extra_seeds = seeds.for_extra(step, extra) if seeds is not None else None
         params = step_params(cfg, step, Stream.RESAMPLE + round_, seed=parallel.sampling_seed)
         first = tr.batch_size * (round_ + 1) + block.start
-        refill = collect_groups([ctx.problems[i] for i in extra], extra_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=first)
+        refill = collect_groups([ctx.problems[i] for i in extra], None, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=first)
         kept += _informative(refill)
     groups = set(sorted({s.group for s in kept})[: len(block)])
     chosen = [s for s in kept if s.group in groups]

@@ -55,8 +55,9 @@ class AlgoConfig:
     clipped as a whole; seed-prefix tokens keep their own ratio and ``prefix_clip_c``)."""
     adv_estimator: str = "grpo"
     """The advantage estimator (``algo/advantages.py``'s ``ADVANTAGES``): ``grpo`` (group mean, and std with
-    ``norm_adv_by_std``) or ``rloo`` (``algo/rloo.py``: leave-one-out group mean, no scaling). Both take
-    their group statistics over the samples ``seeds.adv_group`` selects."""
+    ``norm_adv_by_std``), ``rloo`` (``algo/rloo.py``: leave-one-out group mean, no scaling) or
+    ``reinforce_pp_baseline`` (``algo/reinforce_pp.py``: group mean, then whitened over the batch's tokens).
+    All take their group statistics over the samples ``seeds.adv_group`` selects."""
     clip_low: float = 0.2
     """Lower clip range: ratios below 1 - clip_low are clipped."""
     clip_high: float = 0.28

@@ -116,17 +116,18 @@ def comparison_notes(summary: Summary, margin: float | None = None) -> str:
                    f"the same way): `equivalent within ±{margin:g}` when that adjusted p is below {alpha}.")
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines: the header, the rule, one line per row (a ``|`` inside a cell escaped)."""
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
 
 
 def markdown(summary: Summary, comparisons: list[Row], baseline: str, title: str, images: list[Path], margin: float | None = None) -> str:
     """The report as Markdown: summary, notes, comparisons with what they rule out, failures and the plots."""
-    lines = [f"# {title}", "", *_md_table(*table_rows(summary)), "", notes(summary), ""]
+    lines = [f"# {title}", "", *md_table(*table_rows(summary)), "", notes(summary), ""]
     if comparisons:
-        lines += [f"## Paired comparisons against {baseline}", "", *_md_table(*comparison_rows(comparisons)), ""]
-        lines += ["What each comparison rules out:", "", *_md_table(*bounds_rows(comparisons)), ""]
+        lines += [f"## Paired comparisons against {baseline}", "", *md_table(*comparison_rows(comparisons)), ""]
+        lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(comparisons)), ""]
         lines += [comparison_notes(summary, margin), ""]
     failed = failures_text(summary.points)
     if failed:

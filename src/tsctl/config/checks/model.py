@@ -1,0 +1,28 @@
+"""Checks of the ``model`` section (:mod:`tsctl.config.schema.model`)."""
+
+from __future__ import annotations
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.ranges import one_of, positive
+from tsctl.config.schema import TsctlConfig
+
+DTYPES = ("float32", "bfloat16")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def check(cfg: TsctlConfig) -> None:
+    """``model.*``: dtypes, device, the built-in model's shape and its warm-up."""
+    m = cfg.model
+    one_of("model.dtype", m.dtype, DTYPES)
+    one_of("model.compute_dtype", m.compute_dtype, COMPUTE_DTYPES)
+    if m.dtype == "bfloat16" and m.compute_dtype == "float32":
+        raise ConfigError("model.compute_dtype", "float32 compute needs float32 parameters; use model.dtype=float32 or model.compute_dtype=auto")
+    one_of("model.device", m.device, DEVICES)
+    if m.tiny.hidden_size % m.tiny.num_heads:
+        raise ConfigError("model.tiny.num_heads", f"{m.tiny.num_heads} must divide model.tiny.hidden_size={m.tiny.hidden_size}")
+    for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+        positive(f"model.tiny.{key}", getattr(m.tiny, key))
+    positive("model.warmup.examples", m.warmup.examples)
+    positive("model.warmup.batch_size", m.warmup.batch_size)
+    positive("model.warmup.lr", m.warmup.lr)
