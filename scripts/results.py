@@ -63,6 +63,8 @@ SWEEPS: dict[str, tuple[str, list[str], str]] = {
     "countdown-refresh": ("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
     "countdown-selectors": ("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
                             ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
+    "countdown-collapse-ratio": ("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
+                                 ["task=countdown", "trainer.lr=2e-4", "trainer.steps=200", "refresh=25", "ratio=0,25,50"], "ratio=0"),
 }
 """name -> (title, overrides, baseline). Ratio sweeps take ``--seeds`` seeds, the others ``--ablation-seeds``.
 Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
@@ -139,9 +141,9 @@ def records_of(name: str) -> Path:
 def keep_records(name: str, runs_dir: Path) -> list[Path]:
     """Record every finished run of sweep ``name`` under ``runs_dir`` that has no record yet (an existing
     record is never overwritten: a run trains to the same numbers on the same code). The page is about runs
-    of the default length: a run of other ``trainer.steps`` (``--steps``) is left out. Returns the records written."""
+    of the sweep's own length: a run of other ``trainer.steps`` (``--steps``) is left out. Returns the records written."""
     folder = Path(runs_dir) / "results" / name
-    default_steps = compose_config([]).cfg.trainer.steps
+    default_steps = compose_config([o.split(",")[0] for o in SWEEPS[name][1]]).cfg.trainer.steps
     written = []
     for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
         target = records_of(name) / run.name
@@ -149,7 +151,7 @@ def keep_records(name: str, runs_dir: Path) -> list[Path]:
             continue
         steps = OmegaConf.select(OmegaConf.load(run / "config.yaml"), "trainer.steps", default=default_steps)
         if steps != default_steps:
-            print(f"{name}: {run.name} ran trainer.steps={steps}, not the default {default_steps}; no record kept", flush=True)
+            print(f"{name}: {run.name} ran trainer.steps={steps}, not the sweep's {default_steps}; no record kept", flush=True)
             continue
         name_base_model(run)
         save_record(run, target)
