@@ -20,9 +20,19 @@ class TrainerConfig:
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
     micro_batch_tokens: int = 0
-    """Padded tokens (rows x longest row) per forward/backward; 0 = no limit. Rows are packed longest
+    """Padded tokens (rows x longest row) per forward/backward; 0 = no limit. Rows are taken longest
     first, greedily up to the budget (a longer row runs alone); with ``micro_batch_size`` too, both
-    limits hold. The gradient is the same however the mini-batch is split."""
+    limits hold. With ``pack`` the budget counts real tokens (the rows' lengths), rows in shuffled
+    order. The gradient is the same however the mini-batch is split."""
+    pack: bool = False
+    """Run the training forwards and no-grad recomputes padding-free: the rows of a micro-batch packed
+    into a few sequences, positions restarting per row and attention confined to each row (a
+    block-diagonal causal mask under ``eager``/``sdpa`` attention; FlashAttention's varlen path under
+    ``flash_attention_*``, where rows do not share prompts), the LM head only at real response tokens
+    (:mod:`tsctl.models.packing`). The same log-probs and gradients up to float rounding. With
+    ``share_prompts`` the rows of a prompt share one packed segment. Off by default: on CPU it runs
+    about as fast as the padded shared-prompt forward (dense masked attention), and it changes every
+    run's rounding; other attention implementations keep the padded forward."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them (HF gradient
     checkpointing, non-reentrant): much less activation memory for about one more forward. The training
