@@ -9,9 +9,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import old_logprobs, pack
-from tsctl.models.logprobs import forward_tokens, recompute, response_logprobs
+from tsctl.models.logprobs import enable_activation_checkpointing, forward_tokens, recompute, response_logprobs
 from tsctl.models.micro_batches import micro_batches
-from tsctl.models.packing import CONTEXT, pack_rows, packed_hidden, packing_kind
+from tsctl.models.packing import CONTEXT, attention_rows, pack_rows, packed_hidden, packing_kind
 from tsctl.models.samples import Sample
 from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
@@ -69,23 +69,27 @@ def assert_same(padded, packed, mask) -> None:
 
 @pytest.mark.parametrize("attention, family", [("sdpa", "llama"), ("eager", "llama"), ("sdpa", "qwen2")])
 @pytest.mark.parametrize("share", [False, True])
-def test_packed_rows_give_the_padded_logprobs_entropies_and_gradients(attention, family, share):
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["rows", "mask"])
+def test_packed_rows_give_the_padded_logprobs_entropies_and_gradients(attention, family, share, checkpointing):
     model = tiny_model(attention, family).train()
+    if checkpointing:  # the packed forward then takes a block-diagonal mask
+        enable_activation_checkpointing(model)
     batch = batch_of(BATCH)
     padded = logprobs_and_grads(model, batch, share_prompts=False)
     packed = logprobs_and_grads(model, batch, share_prompts=share, pack=True)
     assert_same(padded, packed, batch.resp_mask)
     assert (packed[0][~batch.resp_mask] == 0).all() and (packed[1][~batch.resp_mask] == 0).all()
+    assert model.config._attn_implementation == attention  # switched back after the row-by-row forward
 
 
 def test_the_varlen_layout_delimits_rows_by_positions_alone():
     """FlashAttention's path: one sequence, no mask; transformers then confines attention by the position ids."""
     model = tiny_model().eval()
     batch = batch_of(BATCH)
-    packed = pack_rows(batch, share=False, varlen=True)
+    packed = pack_rows(batch, share=False, kind="varlen")
     assert packed.input_ids.shape == (1, int(batch.attention_mask.sum() - len(batch)))
     with torch.no_grad():
-        hidden = packed_hidden(model, packed, varlen=True)
+        hidden = packed_hidden(model, packed, "varlen")
         padded = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
     expected = torch.gather(padded, 1, batch.resp_index.unsqueeze(-1).expand(-1, -1, padded.shape[-1]))[batch.resp_mask]
     torch.testing.assert_close(hidden, expected, rtol=0, atol=TOL)
@@ -93,12 +97,12 @@ def test_the_varlen_layout_delimits_rows_by_positions_alone():
 
 def test_positions_restart_per_row_and_shared_segments_hold_the_context_once():
     batch = batch_of(BATCH)
-    alone = pack_rows(batch, share=False)
+    alone = pack_rows(batch, share=False, kind="mask")
     assert alone.tokens == int(batch.attention_mask.sum()) - len(batch)  # every row but its last token
     real = alone.segment >= 0
     starts = alone.position_ids[real] == 0
     assert int(starts.sum()) == len(batch)  # one start per row
-    shared = pack_rows(batch, share=True)
+    shared = pack_rows(batch, share=True, kind="mask")
     # group 0: 5 rows in segments of 3 and 2 (context [5, 6] twice); group 1: a context of 5 once; group 2: none
     assert shared.tokens == (2 + 4 + 1 + 4) + (2 + 3 + 7) + (5 + 3 + 6) + (0 + 3 + 1 + 5)
     assert set(shared.owner[shared.segment >= 0].tolist()) == {CONTEXT, *range(len(batch))}
@@ -106,6 +110,18 @@ def test_positions_restart_per_row_and_shared_segments_hold_the_context_once():
     p, c = (shared.owner == 0).nonzero()[0].tolist()  # row 0's first continuation token
     sees = allowed[p, c].nonzero().flatten().tolist()
     assert [shared.owner[p, k].item() for k in sees] == [CONTEXT, CONTEXT, 0]  # its context and itself, no other row
+
+
+def test_attention_rows_see_their_context_and_their_own_earlier_tokens():
+    batch = batch_of(BATCH)
+    packed = pack_rows(batch, share=True)
+    assert packed.input_ids.shape == (1, packed.tokens) and packed.tokens == (2 + 4 + 1 + 4 + 3 + 7) + (5 + 3 + 6) + (0 + 3 + 1 + 5)
+    rows = attention_rows(packed, "sdpa")
+    assert rows.queries.shape[0] == 2 + len(batch)  # two contexts (the one-token prompt has none), then every row
+    first = rows.queries.shape[0] - len(batch)  # row 0's attention row: context [5, 6], then its 4 tokens
+    keys = rows.keys[first][rows.allowed[first, 3]]  # what its last query sees
+    assert packed.input_ids[0, keys].tolist() == [5, 6, 7, 8, 9, 10]
+    assert (rows.queries.flatten()[rows.slots] == torch.arange(packed.tokens)).all()  # every token's output comes back
 
 
 def test_the_packed_token_budget_counts_real_tokens():
@@ -125,14 +141,14 @@ def test_forward_tokens_count_the_packed_segments():
 
 def test_what_each_attention_runs():
     model = tiny_model()
-    assert packing_kind(model, 100) == "mask"
+    assert packing_kind(model, 100) == "rows" and packing_kind(model, 100, checkpointing=True) == "mask"
     model.config._attn_implementation = "flash_attention_2"
     assert packing_kind(model, 100) == "varlen"
     model.config._attn_implementation = "flex_attention"
     assert packing_kind(model, 100) is None
     model.config._attn_implementation, model.config.sliding_window = "sdpa", 8
     model.config.use_sliding_window = True
-    assert packing_kind(model, 8) == "mask" and packing_kind(model, 9) is None  # past the window: padded rows
+    assert packing_kind(model, 8) == "rows" and packing_kind(model, 9) is None  # past the window: padded rows
 
 
 def test_recompute_packed_equals_padded_with_a_token_budget():

@@ -55,15 +55,15 @@ def response_logprobs(
     return _unpack(logprobs[0], batch.resp_mask), (_unpack(entropy[0], batch.resp_mask) if with_entropy else None)
 
 
-def packing(model: PreTrainedModel, batch: RolloutBatch, pack: bool, share_prompts: bool) -> tuple[PackedBatch, bool] | None:
-    """The packed rows of ``batch`` and whether they run on the varlen path, when its forward packs (asked
-    for, :func:`~tsctl.models.packing.packing_kind` allows, a response token to predict); else None.
-    Rows share prompts in packed segments when ``share_prompts`` and the attention takes a mask."""
-    kind = packing_kind(model, int(batch.attention_mask.sum(1).max())) if pack else None
+def packing(model: PreTrainedModel, batch: RolloutBatch, pack: bool, share_prompts: bool) -> tuple[PackedBatch, str] | None:
+    """The packed rows of ``batch`` and the kind of forward they run (:func:`~tsctl.models.packing.packing_kind`),
+    when its forward packs (asked for, the model's attention allows, a response token to predict); else None.
+    Rows share prompts in packed segments when ``share_prompts``, except on FlashAttention's varlen path."""
+    checkpointing = model.training and _activation_checkpointing(model)
+    kind = packing_kind(model, int(batch.attention_mask.sum(1).max()), checkpointing) if pack else None
     if kind is None or not bool(batch.resp_mask.any()):
         return None
-    varlen = kind == "varlen"
-    return pack_rows(batch, share=share_prompts and not varlen, varlen=varlen), varlen
+    return pack_rows(batch, share=share_prompts and kind != "varlen", kind=kind), kind
 
 
 def _unpack(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,24 +1,30 @@
-"""Padding-free forwards: the rows of a micro-batch packed into a few sequences without padding.
+"""Padding-free forwards: the rows of a micro-batch packed into sequences without padding.
 
 A padded batch runs ``rows x longest row`` tokens through the model; with DAPO's spread of response
-lengths a third of them or more are padding. Here every row becomes a *segment* of real tokens only,
-its prompt but the last token (the *context*) followed by its *continuation*: the last prompt token,
-then the response tokens but the last. Continuation token ``j`` predicts response token ``j``, and
-positions restart at 0 in every segment, so each row sees exactly what it sees in the padded batch.
+lengths a third of them or more are padding. Here every row becomes real tokens only: its prompt but
+the last token (the *context*) followed by its *continuation*, the last prompt token, then the
+response tokens but the last. Continuation token ``j`` predicts response token ``j``, and positions
+restart at 0 in every row, so each row sees exactly what it sees in the padded batch.
 
-With ``share`` the rows of a micro-batch that have the same prompt may share one segment: its
-context once, then each row's continuation, every continuation attending to the context and to its
-own earlier tokens only (the prompt's work falls by the rows per prompt, as in
-:mod:`tsctl.models.shared_prompts`, in one forward and with no cache). A shared segment holds at most
-:data:`SEGMENT_ROWS` continuations, so its attention, which is dense within a packed sequence, stays
-near the padded batch's.
+With ``share`` the rows of a micro-batch that have the same prompt share one *segment*: its context
+once, then each row's continuation, every continuation attending to the context and to its own
+earlier tokens only (the prompt's work falls by the rows per prompt, as in
+:mod:`tsctl.models.shared_prompts`, with no cache). Without, every row is its own segment.
 
-Segments are placed first-fit-decreasing into packed sequences of :data:`BIN_SCALE` longest segments, and
-attention is confined to each segment by a block-diagonal causal 4D mask (``eager`` and ``sdpa``
-attention). With FlashAttention (``flash_attention_*``) the rows are concatenated into one sequence
-and the position ids alone delimit them (transformers' varlen path); there rows do not share
-prompts. Other attention implementations, and rows reaching past a sliding window (the explicit mask
-has none), keep the padded forward: :func:`packing_kind` says which applies.
+How attention stays within a row (:func:`packing_kind`):
+
+- ``rows`` (``eager``/``sdpa`` attention): all segments in one sequence, so the linear layers run
+  on real tokens only, and each layer's attention runs row by row on padded blocks
+  (:mod:`tsctl.models.row_attention`), as cheap as the padded batch's;
+- ``mask`` (the same attentions under activation checkpointing, which recomputes the layers after
+  :mod:`~tsctl.models.row_attention`'s switch is undone): segments placed first-fit-decreasing into
+  sequences of :data:`BIN_SCALE` longest segments, a block-diagonal causal 4D mask, a shared segment
+  at most :data:`SEGMENT_ROWS` continuations (the mask's attention is dense: quadratic in length);
+- ``varlen`` (``flash_attention_*``): the rows in one sequence, the position ids alone delimiting
+  them (transformers' varlen path); rows do not share prompts there.
+
+Other attention implementations, and rows reaching past a sliding window (the explicit masks have
+none), keep the padded forward.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from transformers import PreTrainedModel
 
 from tsctl.models.batch import RolloutBatch
 from tsctl.models.padding import additive_mask
+from tsctl.models.row_attention import ROW_ATTENTION, AttentionRows
 from tsctl.models.shared_prompts import sliding_window
 
 SEGMENT_ROWS = 3
@@ -88,30 +95,32 @@ class _Segment:
     rows: list[tuple[int, int]]  # (row, offset of its continuation in the segment)
 
 
-def packing_kind(model: PreTrainedModel, longest: int) -> str | None:
-    """``"mask"`` (block-diagonal 4D mask), ``"varlen"`` (FlashAttention, position ids) or None (padded):
-    how a packed forward of rows of up to ``longest`` tokens runs on ``model``."""
+def packing_kind(model: PreTrainedModel, longest: int, checkpointing: bool = False) -> str | None:
+    """``"rows"``, ``"mask"``, ``"varlen"`` (see the module docstring) or None (padded): how a packed forward
+    of rows of up to ``longest`` tokens runs on ``model`` (``checkpointing``: with activation checkpointing)."""
     attention = str(getattr(model.config, "_attn_implementation", "eager"))
     if attention.startswith("flash_attention"):
         return "varlen"
     window = sliding_window(model)
-    fits = window is None or longest <= window
-    return "mask" if attention in ("eager", "sdpa") and fits else None
+    if attention not in ("eager", "sdpa") or (window is not None and longest > window):
+        return None
+    return "mask" if checkpointing else "rows"
 
 
-def pack_rows(batch: RolloutBatch, share: bool, varlen: bool = False) -> PackedBatch:
-    """Pack ``batch`` (see the module docstring); ``share``: rows with the same prompt share a segment
-    (not with ``varlen``, whose attention sees whole segments); ``varlen``: one packed sequence."""
-    if share and varlen:
-        raise ValueError("packed rows share prompts only under a 4D mask (eager or sdpa attention), not FlashAttention's varlen path")
+def pack_rows(batch: RolloutBatch, share: bool, kind: str = "rows") -> PackedBatch:
+    """Pack ``batch`` for a forward of ``kind`` (see the module docstring); ``share``: rows with the same
+    prompt share a segment (not under ``varlen``, whose attention sees whole segments)."""
+    if share and kind == "varlen":
+        raise ValueError("packed rows share prompts only under eager or sdpa attention, not FlashAttention's varlen path")
     response_lengths = batch.resp_mask.sum(1)
     prompt_lengths = (batch.attention_mask.sum(1) - response_lengths).tolist()
     rows = batch.input_ids.tolist()
-    segments = _segments(rows, prompt_lengths, response_lengths.tolist(), share)
-    if varlen:
-        bins = [list(range(len(segments)))]
-    else:
+    per_segment = (SEGMENT_ROWS if kind == "mask" else len(rows)) if share else 1
+    segments = _segments(rows, prompt_lengths, response_lengths.tolist(), share, per_segment)
+    if kind == "mask":
         bins = _first_fit_decreasing([len(s.tokens) for s in segments])
+    else:
+        bins = [list(range(len(segments)))]
     width = max(sum(len(segments[s].tokens) for s in b) for b in bins)
     shape = (len(bins), width)
     input_ids = torch.zeros(shape, dtype=torch.long)
@@ -138,18 +147,19 @@ def pack_rows(batch: RolloutBatch, share: bool, varlen: bool = False) -> PackedB
     return PackedBatch(input_ids.to(device), position_ids.to(device), segment.to(device), owner.to(device), predictors.to(device))
 
 
-def _segments(rows: list[list[int]], prompt_lengths: list[int], response_lengths: list[int], share: bool) -> list[_Segment]:
-    """The segments of the rows: one per row, or (``share``) one per run of up to :data:`SEGMENT_ROWS` rows with
+def _segments(
+    rows: list[list[int]], prompt_lengths: list[int], response_lengths: list[int], share: bool, per_segment: int
+) -> list[_Segment]:
+    """The segments of the rows: one per row, or (``share``) one per run of up to ``per_segment`` rows with
     the same prompt. Rows with an empty response predict nothing and are left out."""
     by_prompt: dict[tuple[int, ...], list[int]] = {}
     for row, (p, r) in enumerate(zip(prompt_lengths, response_lengths)):
         if r:
             key = tuple(rows[row][:p]) if share else (row,)
             by_prompt.setdefault(key, []).append(row)
-    size = SEGMENT_ROWS if share else 1
     return [
-        _segment(rows, prompt_lengths, response_lengths, members[start : start + size])
-        for members in by_prompt.values() for start in range(0, len(members), size)
+        _segment(rows, prompt_lengths, response_lengths, members[start : start + per_segment])
+        for members in by_prompt.values() for start in range(0, len(members), per_segment)
     ]
 
 
@@ -183,11 +193,35 @@ def _first_fit_decreasing(sizes: list[int]) -> list[list[int]]:
     return bins
 
 
-def packed_hidden(model: PreTrainedModel, packed: PackedBatch, varlen: bool) -> torch.Tensor:
-    """Final hidden states [N, d] that predict each real response token (order of :attr:`PackedBatch.predictors`)."""
+def packed_hidden(model: PreTrainedModel, packed: PackedBatch, kind: str) -> torch.Tensor:
+    """Final hidden states [N, d] that predict each real response token (order of :attr:`PackedBatch.predictors`),
+    from a forward of ``kind`` (:func:`packing_kind`)."""
     decoder = model.get_decoder()
     # No cache: with none, transformers reads packed sequences from the position ids (the varlen path).
-    mask = None if varlen else additive_mask(packed.allowed()[:, None], model.dtype)  # [P, 1, C, C]
-    out = decoder(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids, use_cache=False)
-    hidden = out.last_hidden_state
+    inputs = {"input_ids": packed.input_ids, "position_ids": packed.position_ids, "use_cache": False}
+    if kind == "mask":
+        hidden = decoder(**inputs, attention_mask=additive_mask(packed.allowed()[:, None], model.dtype)).last_hidden_state  # mask [P, 1, C, C]
+    elif kind == "varlen":
+        hidden = decoder(**inputs).last_hidden_state
+    else:
+        config = model.config
+        rows = attention_rows(packed, config._attn_implementation)
+        config._attn_implementation = ROW_ATTENTION
+        try:
+            hidden = decoder(**inputs, attention_rows=rows).last_hidden_state
+        finally:
+            config._attn_implementation = rows.inner
     return hidden.reshape(-1, hidden.shape[-1])[packed.predictors]
+
+
+def attention_rows(packed: PackedBatch, inner: str) -> AttentionRows:
+    """The attention rows of a one-sequence packed batch: each context over itself, each continuation over
+    its segment's context and itself (:class:`~tsctl.models.row_attention.AttentionRows`)."""
+    segment, owner = packed.segment[0].tolist(), packed.owner[0].tolist()
+    contexts: dict[int, list[int]] = {}
+    continuations: dict[int, list[int]] = {}
+    for n, (s, o) in enumerate(zip(segment, owner)):
+        (contexts.setdefault(s, []) if o == CONTEXT else continuations.setdefault(o, [])).append(n)
+    rows = [(c, c, 0) for c in contexts.values()]
+    rows += [(q, contexts.get(segment[q[0]], []) + q, len(contexts.get(segment[q[0]], []))) for q in continuations.values()]
+    return AttentionRows.build(rows, len(segment), inner, packed.segment.device)
