@@ -117,11 +117,15 @@ def test_attention_rows_see_their_context_and_their_own_earlier_tokens():
     packed = pack_rows(batch, share=True)
     assert packed.input_ids.shape == (1, packed.tokens) and packed.tokens == (2 + 4 + 1 + 4 + 3 + 7) + (5 + 3 + 6) + (0 + 3 + 1 + 5)
     rows = attention_rows(packed, "sdpa")
-    assert rows.queries.shape[0] == 2 + len(batch)  # two contexts (the one-token prompt has none), then every row
-    first = rows.queries.shape[0] - len(batch)  # row 0's attention row: context [5, 6], then its 4 tokens
-    keys = rows.keys[first][rows.allowed[first, 3]]  # what its last query sees
-    assert packed.input_ids[0, keys].tolist() == [5, 6, 7, 8, 9, 10]
-    assert (rows.queries.flatten()[rows.slots] == torch.arange(packed.tokens)).all()  # every token's output comes back
+    assert sum(len(b.queries) for b in rows.blocks) == 2 + len(batch)  # two contexts (the one-token prompt has none), every row
+    queries = torch.cat([b.queries.flatten() for b in rows.blocks])
+    assert (queries[rows.slots] == torch.arange(packed.tokens)).all()  # every token's output comes back
+    last = int((packed.owner[0] == 0).nonzero()[-1])  # row 0's last token: context [5, 6], then its 4 tokens
+    for block in rows.blocks:
+        at = (block.queries == last).nonzero()
+        if len(at):
+            (a, i), = at.tolist()
+            assert packed.input_ids[0, block.keys[a][block.allowed[a, i]]].tolist() == [5, 6, 7, 8, 9, 10]
 
 
 def test_the_packed_token_budget_counts_real_tokens():
