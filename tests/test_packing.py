@@ -223,5 +223,4 @@ def test_a_packed_micro_run_logs_the_padded_run_metrics(micro, tmp_path):
     for a, b in zip(padded, packed):
         assert a.keys() == b.keys()
         for key in a:
-            if key != "forward_token_share":
-                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), (a["step"], key)
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (a["step"], key, a[key], b[key])
