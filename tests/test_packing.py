@@ -177,14 +177,14 @@ class RecordingSGD(torch.optim.SGD):
         return super().step(closure)
 
 
-def update(pack_rows_: bool, micro_tokens: int, kl: bool):
+def update(packed: bool, micro_tokens: int, kl: bool):
     """One policy update of :data:`BATCH` (two mini-batches, entropy bonus, KL and dual clip): its metrics and gradients."""
     model = tiny_model().train()
     batch = batch_of(BATCH)
     cfg = TsctlConfig()
     cfg.engine.temperature = 0.7
     cfg.trainer.mini_batches, cfg.trainer.max_grad_norm = 2, 0.0
-    cfg.trainer.micro_batch_tokens, cfg.trainer.pack = micro_tokens, pack_rows_
+    cfg.trainer.micro_batch_tokens, cfg.trainer.pack = micro_tokens, packed
     cfg.algo.entropy_coef, cfg.algo.clip_c = 0.01, 3.0
     cfg.algo.kl_coef = 0.1 if kl else 0.0
     with torch.no_grad():
@@ -215,9 +215,9 @@ def test_a_packed_micro_run_logs_the_padded_run_metrics(micro, tmp_path):
     from tsctl.stages.train import train
 
     runs = {}
-    for pack_ in ("false", "true"):
-        train(compose_config([*micro, f"name=pack-{pack_}", "trainer.steps=2", "trainer.eval_every=2", f"trainer.pack={pack_}"]))
-        runs[pack_] = stable_metrics(tmp_path / "runs" / "default" / f"pack-{pack_}")
+    for packed in ("false", "true"):
+        train(compose_config([*micro, f"name=pack-{packed}", "trainer.steps=2", "trainer.eval_every=2", f"trainer.pack={packed}"]))
+        runs[packed] = stable_metrics(tmp_path / "runs" / "default" / f"pack-{packed}")
     padded, packed = runs["false"], runs["true"]
     assert [r["step"] for r in padded] == [r["step"] for r in packed] == [0, 1, 2]
     for a, b in zip(padded, packed):
