@@ -6,8 +6,9 @@ Hydra, no model hub, no vLLM, no download. It builds a random-init model shaped 
 character tokenizer padded to that vocabulary (``tsctl.models.tokenizer``), saves both to a
 temporary folder, then runs tsctl's own train step (:func:`tsctl.trainer.step.run_step`, with the seed
 bank, the ``hf`` engine and the policy set up by :func:`tsctl.trainer.optim.load_trainable`) for a few
-``ratio=25`` steps: fp32 master weights, bf16 autocast, gradient checkpointing, token-budget
-micro-batches, pi_old recomputed (so the engine-vs-trainer log-prob gap is measured every step).
+``ratio=25`` steps: fp32 master weights, bf16 autocast, gradient checkpointing, packed token-budget
+micro-batches (``trainer.pack``; ``--no-pack`` for padded rows), pi_old recomputed (so the
+engine-vs-trainer log-prob gap is measured every step).
 
 A random model never solves a problem, so every reward would be 0 and no gradient would flow: the
 task's verifier is replaced by a coin flip keyed on the response text (deterministic), which gives
@@ -24,7 +25,7 @@ Printed at the end, on stdout, as one JSON object (the same keys on CPU and GPU)
 - ``rollout_tokens_per_s``, ``update_tokens_per_s`` (medians over the steps);
 - ``peak_memory_gib`` (CUDA: ``torch.cuda.max_memory_allocated``; CPU: peak resident set);
 - ``update_mfu``: model FLOPs of the update (``6 P_layers sum l + 12 L d sum l^2 + 6 d V R`` for rows
-  of ``l`` tokens and ``R`` response tokens; recomputation not counted) per second of
+  of ``l`` tokens and ``R`` response tokens; recomputation and padding not counted) per second of
   ``time/update``, over ``peak_tflops`` (the device's dense bf16 peak when known, else a measured
   matmul peak, ``peak_source`` says which);
 - ``process_group``: the backend ``torchrun`` jobs use on this device (:func:`tsctl.distributed.world.backend`)
@@ -123,6 +124,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="response budget (default: 256 on cuda, 8 on cpu)")
     parser.add_argument("--micro-batch-tokens", type=int, default=16384, help="trainer.micro_batch_tokens")
     parser.add_argument("--micro-batch-size", type=int, default=0, help="trainer.micro_batch_size (0: by tokens alone)")
+    parser.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True, help="trainer.pack: padding-free micro-batches (default on)")
     parser.add_argument("--ratio", type=float, default=25.0, help="off-policy ratio (0: no seeds, half the generation)")
     parser.add_argument("--time-budget", type=float, default=420.0, help="seconds; a step that would end past them is not started")
     parser.add_argument("--skip-vllm", action="store_true", help="skip the vLLM run even when vLLM is importable")
@@ -169,6 +171,7 @@ def make_config(args: argparse.Namespace, model_dir: Path, engine: str = "hf") -
     tr.steps, tr.batch_size, tr.n, tr.mini_batches = args.steps, args.batch_size, args.n, 2
     tr.lr, tr.warmup_steps, tr.old_logprobs = 1e-6, 0, "recompute"
     tr.gradient_checkpointing, tr.micro_batch_tokens, tr.micro_batch_size = True, args.micro_batch_tokens, args.micro_batch_size
+    tr.pack = args.pack
     tr.eval_every = 0
     return cfg
 

@@ -19,7 +19,11 @@ DAPO loss with clip 0.2 / 0.28, no KL, lr 2e-4, temperature 1):
     fp32 1024x1024 ``torch.matmul`` peak measured in the same rounds with the same thread count. For
     reference, a plain HF forward + backward + AdamW step on the same batch is measured too, and so
     are matmuls of the update's own shapes (one mini-batch's tokens through one block's projections),
-    what the update's GEMMs alone reach next to the square peak.
+    what the update's GEMMs alone reach next to the square peak. Packed against padded
+    (``rl_bench/packing.py``): the update's tokens/s on one batch of the first step's prompts with
+    responses of 16 to 48 tokens, ``trainer.pack`` on over off, prompts shared (the target's
+    ``d_packed_over_padded``) and not (``packed_over_padded_rows``), the four updates interleaved
+    with the other sides, each ratio taken within a round.
 
 Equal work: the model is freshly initialised (the same weights for every side) and its EOS logit is
 pushed to -1e4 by a forward hook on the LM head, so no response stops early: every side generates
@@ -50,6 +54,7 @@ the work a row-by-row update would have done, per second of tsctl's update.
 
     pip install -e ".[bench]"
     python bench/rl_step.py [--rounds 3] [--steps 10] [--threads 1] [--gen-repeats 5] [--skip-trl] [--profile]
+    python bench/rl_step.py --packing-only [--rounds 7]   # (d)'s packed against padded alone, about a minute
 
 Writes ``bench/results/<timestamp>.json`` and prints a table; ``--profile`` adds pyinstrument call
 trees of one run of each side (``<timestamp>-profile-<side>.txt``) for finding what bounds a figure.
@@ -78,6 +83,7 @@ os.environ.setdefault("TSCTL_NO_PROGRESS", "1")
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 
+from rl_bench.packing import packing_sides  # noqa: E402
 from rl_bench.report import machine, met, print_table, summarise  # noqa: E402
 from rl_bench.settings import RESULTS, TARGETS, Settings  # noqa: E402
 from rl_bench.sides import bench_generation, plain_update, run_trl, run_tsctl, save_bench_model  # noqa: E402
@@ -90,12 +96,19 @@ from tsctl.tasks.registry import build_task  # noqa: E402
 
 
 def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Path, problems: list[Problem], console: Console) -> list[dict]:
-    """All rounds of (a), (b) and (d): tsctl ratio 0, tsctl ratio 25, TRL, matmul peak, plain HF update."""
+    """All rounds of (a), (b) and (d): tsctl ratio 0, tsctl ratio 25, TRL, matmul peak, plain HF update, the
+    packed and padded updates (``--packing-only``: these alone)."""
+    updates, packing_tokens = packing_sides(s, model_dir, problems)
+    packing: dict[str, Callable[[int], object]] = {name: (lambda r, side=side: side()) for name, side in updates.items()}
+    if args.packing_only:
+        for side in updates.values():
+            side()  # warm-up
+        return interleave(args, packing, {"packing_tokens": packing_tokens}, console)
     flops_model, tokenizer = load_model(model_dir, "float32", "cpu")
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
 
-    def tsctl_side(ratio: int, r: int) -> Callable[[], dict]:
-        def go() -> dict:
+    def tsctl_side(ratio: int) -> Callable[[int], dict]:
+        def go(r: int) -> dict:
             out = run_tsctl(s, model_dir, work / "runs", f"ratio{ratio}-round{r}", ratio, args.steps)
             lengths = [step_lengths(s, formatter, problems, step) for step in range(args.steps)]
             assert out["train_tokens"] == [sum(x) for x in lengths], "token count differs from tsctl's own"
@@ -106,29 +119,36 @@ def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Pat
 
         return go
 
-    def trl_side(r: int) -> Callable[[], dict]:
-        return lambda: run_trl(s, model_dir, work / f"trl-round{r}", problems, args.steps, args.threads)
+    def trl_side(r: int) -> dict:
+        return run_trl(s, model_dir, work / f"trl-round{r}", problems, args.steps, args.threads)
 
     with console.status("warm-up: a short run of each side"):
         run_tsctl(s, model_dir, work / "runs", "warmup-ratio0", 0, 2)
         run_tsctl(s, model_dir, work / "runs", "warmup-ratio25", 25, 2)
         if not args.skip_trl:
             run_trl(s, model_dir, work / "trl-warmup", problems, 1, args.threads)
+    sides: dict[str, Callable[[int], object]] = {
+        "tsctl_ratio0": tsctl_side(0),
+        "tsctl_ratio25": tsctl_side(25),
+        "matmul_peak_gflops": lambda r: matmul_peak(),
+        "shape_matmul_gflops": lambda r: shape_matmul_peak(flops_model, sum(step_lengths(s, formatter, problems, 0)) // s.mini_batches),
+        "plain_update_gflops": lambda r: plain_update(s, model_dir, problems),
+        **packing,
+    }
+    if not args.skip_trl:
+        sides["trl"] = trl_side
+    return interleave(args, sides, {"packing_tokens": packing_tokens}, console)
+
+
+def interleave(args: argparse.Namespace, sides: dict[str, Callable[[int], object]], constants: dict, console: Console) -> list[dict]:
+    """``args.rounds`` rounds of every side (called with the round number), the order rotating each round;
+    each round's results by side, with ``constants``."""
     rounds = []
     for r in range(args.rounds):
-        sides: dict[str, Callable[[], object]] = {
-            "tsctl_ratio0": tsctl_side(0, r),
-            "tsctl_ratio25": tsctl_side(25, r),
-            "matmul_peak_gflops": matmul_peak,
-            "shape_matmul_gflops": lambda: shape_matmul_peak(flops_model, sum(step_lengths(s, formatter, problems, 0)) // s.mini_batches),
-            "plain_update_gflops": lambda: plain_update(s, model_dir, problems),
-        }
-        if not args.skip_trl:
-            sides["trl"] = trl_side(r)
-        result: dict = {}
+        result: dict = dict(constants)
         for name in rotate(list(sides), r):
             with console.status(f"round {r + 1}/{args.rounds}: {name}"):
-                result[name], seconds = timed(sides[name])
+                result[name], seconds = timed(sides[name], r)
             console.log(f"round {r + 1}/{args.rounds}: {name} in {seconds['wall']:.0f}s")
         rounds.append(result)
     return rounds
@@ -177,7 +197,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workdir", default=None, help="keep run folders here (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="JSON path (default: bench/results/<timestamp>.json)")
     parser.add_argument("--profile", action="store_true", help="also write pyinstrument call trees of each side (needs pyinstrument)")
+    parser.add_argument("--packing-only", action="store_true", help="run only (d)'s packed against padded updates (no TRL, no (c))")
     args = parser.parse_args(argv)
+    if args.packing_only:
+        args.skip_trl, args.gen_repeats = True, 0
     if not args.skip_trl:
         try:
             import trl  # noqa: F401
@@ -193,8 +216,10 @@ def main(argv: list[str] | None = None) -> dict:
     with workdir(args.workdir) as work:
         model_dir = work / "model"
         save_bench_model(model_dir, s.seed)
-        with console.status("(c) engine vs model.generate"):
-            generation = bench_generation(s, model_dir, problems, args.gen_repeats)
+        generation = None
+        if not args.packing_only:
+            with console.status("(c) engine vs model.generate"):
+                generation = bench_generation(s, model_dir, problems, args.gen_repeats)
         rounds = run_rounds(args, s, model_dir, work, problems, console)
         profiles = profile_sides(args, s, model_dir, work, problems, out, console) if args.profile else []
     summary = summarise(rounds, generation)

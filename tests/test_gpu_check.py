@@ -45,6 +45,7 @@ def test_gpu_check_runs_on_cpu_and_reports_every_key(tmp_path):
     assert 0 < result["per_step"][0]["peak_memory_gib"] <= result["per_step"][1]["peak_memory_gib"]  # so far, each step
     assert result["process_group"] == {"backend": "gloo", "cpu_all_reduce": True}
     assert result["model"]["vocab_size"] == 512 and result["vllm"] == {"skipped": "cpu run"}
+    assert result["settings"]["pack"] is True  # the packed update is the one measured
 
 
 @pytest.mark.slow

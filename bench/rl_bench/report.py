@@ -12,6 +12,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from rl_bench.packing import FIGURES as PACKING_FIGURES
+from rl_bench.packing import packing_figures
 from rl_bench.settings import CLOCKS, TARGETS
 
 
@@ -23,10 +25,14 @@ def round_figures(r: dict, clock: str) -> dict[str, float]:
     """The figures of one round on one clock.
 
     Step times for (a) are per-run medians; for (b) means over the run (one refresh window), so the
-    seed generation at the window's first step is amortised over its steps.
+    seed generation at the window's first step is amortised over its steps. A round of ``--packing-only``
+    has only the packed and padded updates.
     """
+    packed = packing_figures(r, clock)
+    if "tsctl_ratio0" not in r:
+        return packed
     r0, r25 = r["tsctl_ratio0"], r["tsctl_ratio25"]
-    fig = {
+    fig = packed | {
         "tsctl_step_median_s": statistics.median(r0[f"{clock}_step_s"]),
         "tsctl_ratio0_step_mean_s": mean(r0[f"{clock}_step_s"]),
         "tsctl_ratio25_step_mean_s": mean(r25[f"{clock}_step_s"]),
@@ -60,13 +66,13 @@ def generation_figures(generation: dict, clock: str) -> list[dict[str, float]]:
     ]
 
 
-def summarise(rounds: list[dict], generation: dict) -> dict[str, dict[str, dict]]:
-    """``{figure: {clock: {median, min, max, values}}}`` over rounds (or repeats, for (c))."""
-    per_clock = {clock: [round_figures(r, clock) for r in rounds] + generation_figures(generation, clock) for clock in CLOCKS}
+def summarise(rounds: list[dict], generation: dict | None) -> dict[str, dict[str, dict]]:
+    """``{figure: {clock: {median, min, max, values}}}`` over rounds (or repeats, for (c); None: not run)."""
+    per_clock = {clock: [round_figures(r, clock) for r in rounds] + (generation_figures(generation, clock) if generation else []) for clock in CLOCKS}
     order = [*TARGETS, "tsctl_step_median_s", "trl_step_median_s", "tsctl_ratio0_step_mean_s", "tsctl_ratio25_step_mean_s",
              "ratio25_seeds_mean_s", "engine_tokens_per_s", "generate_tokens_per_s", "update_s", "train_tokens_per_s",
              "update_gflops_per_s", "update_model_gflops_per_s", "forward_token_share", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak",
-             "shape_matmul_gflops", "shape_matmul_share_of_peak"]
+             "shape_matmul_gflops", "shape_matmul_share_of_peak", *PACKING_FIGURES]
     out: dict[str, dict[str, dict]] = {}
     for name in order:
         for clock in CLOCKS:
@@ -82,7 +88,7 @@ def met(name: str, value: float) -> bool:
 
 
 def print_table(console: Console, summary: dict[str, dict[str, dict]], args: argparse.Namespace) -> None:
-    """One row per figure: wall and CPU medians with their min-max spread, and the verdict of the four targets."""
+    """One row per figure: wall and CPU medians with their min-max spread, and the verdict of the targets."""
     table = Table(title=f"medians over {args.rounds} rounds ((c): {args.gen_repeats} repeats), min-max in brackets; {args.threads} thread(s)")
     for column in ("figure", "wall clock", "CPU time", "target (wall)"):
         table.add_column(column, justify="right" if "clock" in column or "time" in column else "left")

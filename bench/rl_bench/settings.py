@@ -12,6 +12,7 @@ TARGETS = {
     "b_ratio25_over_ratio0": ("<=", 1.10),
     "c_engine_over_generate": (">=", 1.5),
     "d_update_share_of_peak": (">=", 0.60),
+    "d_packed_over_padded": (">=", 1.3),
 }
 
 

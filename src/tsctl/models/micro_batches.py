@@ -1,8 +1,9 @@
-"""Split a mini-batch into micro-batches: a row count, or a budget of padded tokens per forward.
+"""Split a mini-batch into micro-batches: a row count, or a budget of tokens per forward.
 
 Every micro-batch loss divides by the whole mini-batch's normaliser (:mod:`tsctl.algo.losses`), so
 how the rows are split changes neither the loss nor the gradient, only the memory a forward needs:
-about ``rows x longest row`` tokens of activations.
+about ``rows x longest row`` tokens of activations when padded, the rows' real tokens when packed
+(:mod:`tsctl.models.packing`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Sequence
 import torch
 
 
-def micro_batches(rows: torch.Tensor, lengths: Sequence[int], max_rows: int = 0, max_tokens: int = 0) -> list[torch.Tensor]:
+def micro_batches(
+    rows: torch.Tensor, lengths: Sequence[int], max_rows: int = 0, max_tokens: int = 0, packed: bool = False
+) -> list[torch.Tensor]:
     """Micro-batches of the row indices ``rows``.
 
     Args:
@@ -22,6 +25,8 @@ def micro_batches(rows: torch.Tensor, lengths: Sequence[int], max_rows: int = 0,
         max_tokens: most padded tokens (rows x the longest row's length) per micro-batch; 0 = no
             limit. Rows are then taken longest first and packed greedily, so rows of similar length
             share a micro-batch (little padding); a row longer than the budget runs alone.
+        packed: the forwards run packed: ``max_tokens`` counts real tokens (the sum of the rows'
+            lengths), and rows are taken in the given order.
 
     Returns:
         index tensors (long, CPU) that together hold every row once; with ``max_tokens=0``, runs of
@@ -32,6 +37,8 @@ def micro_batches(rows: torch.Tensor, lengths: Sequence[int], max_rows: int = 0,
     if not max_tokens:
         size = max_rows or len(rows)
         return [rows[start : start + size] for start in range(0, len(rows), size)]
+    if packed:
+        return _by_real_tokens(rows.tolist(), lengths, max_rows, max_tokens)
     order = sorted(rows.tolist(), key=lambda row: -lengths[row])
     chunks: list[list[int]] = [[]]
     for row in order:
@@ -42,4 +49,19 @@ def micro_batches(rows: torch.Tensor, lengths: Sequence[int], max_rows: int = 0,
             chunks.append([row])
         else:
             chunk.append(row)
+    return [torch.tensor(chunk, dtype=torch.long) for chunk in chunks]
+
+
+def _by_real_tokens(rows: list[int], lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[torch.Tensor]:
+    """Consecutive runs of ``rows`` of at most ``max_tokens`` real tokens (and ``max_rows`` rows, if set);
+    a row longer than the budget runs alone."""
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for row in rows:
+        full = bool(max_rows) and len(chunks[-1]) >= max_rows
+        if chunks[-1] and (full or used + lengths[row] > max_tokens):
+            chunks.append([])
+            used = 0
+        chunks[-1].append(row)
+        used += lengths[row]
     return [torch.tensor(chunk, dtype=torch.long) for chunk in chunks]

@@ -4,9 +4,11 @@ The batch is shuffled once per epoch and split into ``trainer.mini_batches`` nea
 covering every row (sizes differ by at most one, e.g. 10 rows in 4 give 3, 3, 2, 2: dynamic sampling
 may return a batch that does not divide; fewer rows than mini-batches give one row each); each is one
 optimiser step with its own token normaliser. A mini-batch may be split into micro-batches of at most
-``trainer.micro_batch_size`` rows and ``trainer.micro_batch_tokens`` padded tokens
-(:mod:`tsctl.models.micro_batches`) whose losses are summed: every loss divides by the whole
-mini-batch's normaliser, so the split changes neither the loss nor the gradient.
+``trainer.micro_batch_size`` rows and ``trainer.micro_batch_tokens`` padded tokens (real tokens with
+``trainer.pack``) (:mod:`tsctl.models.micro_batches`) whose losses are summed: every loss divides by
+the whole mini-batch's normaliser, so the split changes neither the loss nor the gradient. With
+``trainer.pack`` each micro-batch's forward runs padding-free (:mod:`tsctl.models.packing`); its
+log-probs and entropies come back in the same [B, T] layout, so nothing below changes.
 
 The loss mask is built here, next to its normalisers (:func:`loss_mask`): every response token,
 less the seed-prefix tokens when ``seeds.train_prefix`` is off, the rows cut at the length limit
@@ -123,7 +125,7 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             pending, loss_sum = MetricSums(), torch.zeros((), device=device)
             with parallel.accumulating():
-                for idx in micro_batches(parallel.share(rows), lengths, tr.micro_batch_size, tr.micro_batch_tokens):
+                for idx in micro_batches(parallel.share(rows), lengths, tr.micro_batch_size, tr.micro_batch_tokens, packed=tr.pack):
                     idx = idx.to(device)
                     sub = batch.rows(idx)
                     T = sub.resp_mask.shape[1]
@@ -137,7 +139,7 @@ def policy_update(
                     with autocast(device, compute):
                         logprobs, entropy = parallel.forward(
                             response_logprobs, sub, temperature, with_entropy=al.entropy_coef > 0,
-                            share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib,
+                            share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib, pack=tr.pack,
                         )
                     loss, token_metrics = loss_fn(
                         logprobs, old, sub.advantages, mask, policy_loss=al.policy_loss, prefix=sub.source == PREFIX,
@@ -154,7 +156,7 @@ def policy_update(
                         loss = loss - al.entropy_coef * (entropy * mask).sum() / token_norm
                     loss.backward()
                     loss_sum = loss_sum + loss.detach().float()
-                    pending.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts), int(sub.attention_mask.sum()))
+                    pending.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts, tr.pack), int(sub.attention_mask.sum()))
                     _record(pending, token_metrics, mask, sub, cfg, prefix_clip_c, seeded)
             parallel.reduce_gradients(_probe(batch, device, compute, temperature, tr.logits_chunk_mib))
             loss_sum = all_reduce(loss_sum)

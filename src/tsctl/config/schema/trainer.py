@@ -20,9 +20,19 @@ class TrainerConfig:
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
     micro_batch_tokens: int = 0
-    """Padded tokens (rows x longest row) per forward/backward; 0 = no limit. Rows are packed longest
+    """Padded tokens (rows x longest row) per forward/backward; 0 = no limit. Rows are taken longest
     first, greedily up to the budget (a longer row runs alone); with ``micro_batch_size`` too, both
-    limits hold. The gradient is the same however the mini-batch is split."""
+    limits hold. With ``pack`` the budget counts real tokens (the rows' lengths), rows in shuffled
+    order. The gradient is the same however the mini-batch is split."""
+    pack: bool = True
+    """Run the training forwards and no-grad recomputes padding-free (:mod:`tsctl.models.packing`): the
+    rows of a micro-batch as one sequence of real tokens, positions restarting per row, the LM head only
+    at real response tokens, attention confined to each row (row by row on padded blocks under
+    ``eager``/``sdpa``; a block-diagonal mask under ``gradient_checkpointing``; FlashAttention's varlen
+    path under ``flash_attention_*``, where rows do not share prompts). The same log-probs, gradients
+    and metrics up to float rounding; with ``share_prompts`` the rows of a prompt share its context. On
+    CPU the update runs about 1.3x faster on DAPO-like lengths (``bench/rl_step.py --packing-only``).
+    Other attention implementations, and rows past a sliding window, keep the padded forward."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them (HF gradient
     checkpointing, non-reentrant): much less activation memory for about one more forward. The training
