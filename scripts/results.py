@@ -223,7 +223,8 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
 def machine_weights(name: str, runs_dir: str) -> Optional[str]:
     """The digest of the built-in model this machine trains sweep ``name`` from (``tsctl warmup`` builds it
     first when it is not cached); None when the sweep does not start from the built-in model."""
-    first = [o.split(",")[0] for o in SWEEPS[name][1]] + [f"runs_dir={runs_dir}"]  # the warm-up depends on the task only
+    first = [o.split(",")[0] for o in SWEEPS[name][1] if o.split("=")[0].split(".")[0] in ("task", "model")]  # all the warm-up reads
+    first.append(f"runs_dir={runs_dir}")
     cfg = compose_config(first).cfg
     if cfg.model.path != "builtin":
         return None
