@@ -411,7 +411,10 @@ def test_this_machine_s_weights_are_those_of_the_warmed_up_model_of_the_sweep_s_
     cached.mkdir(parents=True)
     (cached / "model.safetensors").write_bytes(b"arithmetic weights")
     assert results.machine_weights("arithmetic-ratio", str(tmp_path)) == hashlib.sha256(b"arithmetic weights").hexdigest()[:12]
-    assert commands == [[results.sys.executable, "-m", "tsctl", "warmup", "task=arithmetic", "ratio=0", f"runs_dir={tmp_path}"]]
+    assert commands == [[results.sys.executable, "-m", "tsctl", "warmup", "task=arithmetic", f"runs_dir={tmp_path}"]]  # the keys the warm-up reads
+    # a sweep that also sets keys the warm-up does not read (and that are idle at its first point) asks for the warm-up alone
+    results.machine_weights("countdown-collapse-ratio", str(tmp_path))
+    assert commands[-1] == [results.sys.executable, "-m", "tsctl", "warmup", "task=countdown", f"runs_dir={tmp_path}"]
 
 
 def test_a_sweep_trains_whole_seeds_first_so_an_unfinished_one_has_paired_points(results, tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from tsctl.io.shards import checksum_path, write_shard
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.selectors import SELECTORS
+from tsctl.seeds.sources import SOURCES
 from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.schedule import step_prompts
 from tsctl.trainer.rollout import servable_task
