@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import stable_metrics
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from test_shared_prompts import PAD, tiny_model
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import old_logprobs, pack
@@ -16,18 +16,7 @@ from tsctl.models.samples import Sample
 from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
 
-PAD = 0
 TOL = 1e-5
-
-
-def tiny_model(attention: str = "sdpa", family: str = "llama") -> LlamaForCausalLM | Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    model_class, config_class = {"llama": (LlamaForCausalLM, LlamaConfig), "qwen2": (Qwen2ForCausalLM, Qwen2Config)}[family]
-    config = config_class(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        vocab_size=40, max_position_embeddings=128, pad_token_id=PAD, eos_token_id=2, bos_token_id=1,
-    )
-    return model_class._from_config(config, attn_implementation=attention)
 
 
 def sample(group: int, prompt: list[int], generated: list[int], prefix: list[int] = ()) -> Sample:
