@@ -11,7 +11,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import old_logprobs, pack
 from tsctl.models.logprobs import enable_activation_checkpointing, forward_tokens, recompute, response_logprobs
 from tsctl.models.micro_batches import micro_batches
-from tsctl.models.packing import CONTEXT, attention_rows, pack_rows, packed_hidden, packing_kind
+from tsctl.models.packing import CONTEXT, attention_rows, pack_rows, packed_hidden, packed_tokens, packing_kind
 from tsctl.models.samples import Sample
 from tsctl.stages.compose import compose_config
 from tsctl.trainer.update import policy_update
@@ -130,6 +130,8 @@ def test_forward_tokens_count_the_packed_segments():
     batch = batch_of(BATCH)
     assert forward_tokens(model, batch, share_prompts=False, pack=True) == pack_rows(batch, share=False).tokens
     assert forward_tokens(model, batch, share_prompts=True, pack=True) == pack_rows(batch, share=True).tokens
+    for kind, share in (("mask", True), ("mask", False), ("varlen", False)):
+        assert packed_tokens(batch, share, kind) == pack_rows(batch, share, kind).tokens
 
 
 def test_what_each_attention_runs():

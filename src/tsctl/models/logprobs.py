@@ -17,7 +17,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import RolloutBatch
 from tsctl.models.logits import logits_head
 from tsctl.models.micro_batches import micro_batches
-from tsctl.models.packing import PackedBatch, pack_rows, packed_hidden, packing_kind
+from tsctl.models.packing import PackedBatch, pack_rows, packed_hidden, packed_tokens, packing_kind
 from tsctl.models.precision import autocast, compute_dtype, model_device
 from tsctl.models.shared_prompts import can_share_prompts, prompt_groups, shared_prompt_hidden
 from tsctl.models.token_stats import chunk_positions, head_token_stats
@@ -59,11 +59,15 @@ def packing(model: PreTrainedModel, batch: RolloutBatch, pack: bool, share_promp
     """The packed rows of ``batch`` and the kind of forward they run (:func:`~tsctl.models.packing.packing_kind`),
     when its forward packs (asked for, the model's attention allows, a response token to predict); else None.
     Rows share prompts in packed segments when ``share_prompts``, except on FlashAttention's varlen path."""
+    kind = _packing_kind(model, batch, pack)
+    return (pack_rows(batch, share=share_prompts and kind != "varlen", kind=kind), kind) if kind is not None else None
+
+
+def _packing_kind(model: PreTrainedModel, batch: RolloutBatch, pack: bool) -> str | None:
+    """The kind of packed forward ``batch`` runs (:func:`~tsctl.models.packing.packing_kind`), None when it runs padded."""
     checkpointing = model.training and _activation_checkpointing(model)
     kind = packing_kind(model, int(batch.attention_mask.sum(1).max()), checkpointing) if pack else None
-    if kind is None or not bool(batch.resp_mask.any()):
-        return None
-    return pack_rows(batch, share=share_prompts and kind != "varlen", kind=kind), kind
+    return kind if kind is not None and bool(batch.resp_mask.any()) else None
 
 
 def _unpack(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -96,9 +100,9 @@ def forward_tokens(model: PreTrainedModel, batch: RolloutBatch, share_prompts: b
     """Real tokens the policy forward of ``batch`` runs: every row whole, or each distinct prompt's
     context once plus every row's continuation (its last prompt token and its response); packed, the
     tokens of its segments (:attr:`~tsctl.models.packing.PackedBatch.tokens`)."""
-    packed = packing(model, batch, pack, share_prompts)
-    if packed is not None:
-        return packed[0].tokens
+    kind = _packing_kind(model, batch, pack)
+    if kind is not None:  # counted from the segments, without packing the rows again
+        return packed_tokens(batch, share=share_prompts and kind != "varlen", kind=kind)
     shared = prompt_sharing(model, batch, share_prompts)
     if shared is None:
         return int(batch.attention_mask.sum())

@@ -110,13 +110,8 @@ def packing_kind(model: PreTrainedModel, longest: int, checkpointing: bool = Fal
 def pack_rows(batch: RolloutBatch, share: bool, kind: str = "rows") -> PackedBatch:
     """Pack ``batch`` for a forward of ``kind`` (see the module docstring); ``share``: rows with the same
     prompt share a segment (not under ``varlen``, whose attention sees whole segments)."""
-    if share and kind == "varlen":
-        raise ValueError("packed rows share prompts only under eager or sdpa attention, not FlashAttention's varlen path")
+    segments = _batch_segments(batch, share, kind)
     response_lengths = batch.resp_mask.sum(1)
-    prompt_lengths = (batch.attention_mask.sum(1) - response_lengths).tolist()
-    rows = batch.input_ids.tolist()
-    per_segment = (SEGMENT_ROWS if kind == "mask" else len(rows)) if share else 1
-    segments = _segments(rows, prompt_lengths, response_lengths.tolist(), share, per_segment)
     if kind == "mask":
         bins = _first_fit_decreasing([len(s.tokens) for s in segments])
     else:
@@ -145,6 +140,22 @@ def pack_rows(batch: RolloutBatch, share: bool, kind: str = "rows") -> PackedBat
     )
     device = batch.device
     return PackedBatch(input_ids.to(device), position_ids.to(device), segment.to(device), owner.to(device), predictors.to(device))
+
+
+def packed_tokens(batch: RolloutBatch, share: bool, kind: str = "rows") -> int:
+    """Real tokens the packed forward of ``batch`` runs (:attr:`PackedBatch.tokens` of :func:`pack_rows`), without packing it."""
+    return sum(len(s.tokens) for s in _batch_segments(batch, share, kind))
+
+
+def _batch_segments(batch: RolloutBatch, share: bool, kind: str) -> list[_Segment]:
+    """The segments :func:`pack_rows` lays out for ``batch``."""
+    if share and kind == "varlen":
+        raise ValueError("packed rows share prompts only under eager or sdpa attention, not FlashAttention's varlen path")
+    response_lengths = batch.resp_mask.sum(1)
+    prompt_lengths = (batch.attention_mask.sum(1) - response_lengths).tolist()
+    rows = batch.input_ids.tolist()
+    per_segment = (SEGMENT_ROWS if kind == "mask" else len(rows)) if share else 1
+    return _segments(rows, prompt_lengths, response_lengths.tolist(), share, per_segment)
 
 
 def _segments(
