@@ -12,6 +12,9 @@ import pytest
 os.environ.setdefault("TSCTL_NO_PROGRESS", "1")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+CHECKOUT_RUNS = Path(__file__).resolve().parents[1] / "runs"
+"""The checkout's own runs folder, where the README's main job writes: no test reads or writes it."""
+_CHECKOUT_KEY = pytest.StashKey[dict]()
 
 MICRO_TASK = [
     "task=arithmetic",
@@ -120,3 +123,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in real:
             item.add_marker(skip)
     items[:] = [item for item in items if item.get_closest_marker("vllm") is None] + real
+
+
+def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` (relative path -> size, modification time in ns); empty when there is none."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_CHECKOUT_KEY] = tree_state(CHECKOUT_RUNS)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when a test wrote into the checkout's ``runs/`` (the user's runs and model cache)."""
+    before, after = session.config.stash.get(_CHECKOUT_KEY, {}), tree_state(CHECKOUT_RUNS)
+    changed = sorted(set(before) ^ set(after) | {p for p in set(before) & set(after) if before[p] != after[p]})
+    if changed:
+        print(f"\nerror: the tests changed the checkout's {CHECKOUT_RUNS}: {', '.join(changed[:10])}"
+              f"{' ...' if len(changed) > 10 else ''}; a test must write under its own tmp_path", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

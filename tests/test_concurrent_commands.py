@@ -117,16 +117,21 @@ def test_a_resume_holds_the_runs_lock_when_it_chooses_its_checkpoint(reference, 
 
 
 @pytest.mark.slow
-def test_two_ablates_of_one_sweep_at_once_one_trains_it_and_the_other_is_refused_in_one_line(micro, tmp_path):
+def test_a_second_ablate_of_a_sweep_just_locked_is_refused_in_one_line_and_the_first_trains_it(micro, tmp_path):
     args = [*micro, "seed=0,1", "name=both"]
     sweep = tmp_path / "runs" / "default" / "both"
-    both = [start_tsctl("ablate", *args) for _ in range(2)]
-    ended = [finish(proc) for proc in both]
-    assert sorted(code for code, _ in ended) == [0, 2]
-    refused = next(out for code, out in ended if code == 2)
-    assert len(errors(refused)) == 1 and "Traceback" not in refused
-    assert errors(refused)[0].startswith(f"error: sweep {sweep} is in use by pid ")
-    assert "(another `tsctl ablate` of it); wait for that one to end (or stop it), then rerun this command" in errors(refused)[0]
+    first = start_tsctl("ablate", *args, **paused_at("sweep-locked"))
+    try:
+        wait_paused(first)  # holds the sweep's lock, no point started: the second one meets it for certain
+        second = tsctl("ablate", *args, check=False)
+        refused = second.stdout + second.stderr
+        assert second.returncode == 2 and len(errors(refused)) == 1 and "Traceback" not in refused
+        assert errors(refused)[0].startswith(f"error: sweep {sweep} is in use by pid {first.pid} on ")
+        assert "(another `tsctl ablate` of it); wait for that one to end (or stop it), then rerun this command" in errors(refused)[0]
+        assert not (sweep / "seed=0").exists() and not (sweep / "seed=1").exists()
+        assert finish(first)[0] == 0
+    finally:
+        first.kill()
     for point in ("seed=0", "seed=1"):
         assert_completed_cleanly(sweep / point)
 

@@ -361,6 +361,24 @@ def test_a_run_from_before_manifests_named_the_base_model_is_recorded_with_the_c
     assert manifest["finished_step"] == 400  # the rest of the manifest as the run wrote it
 
 
+def test_an_old_run_is_matched_with_the_model_cache_of_its_own_runs_folder_never_the_working_directory_s(results, tmp_path, monkeypatch):
+    from tsctl.models.builtin import builtin_dir
+    from tsctl.stages.compose import compose_config
+
+    overrides = ["task=countdown", "ratio=25", "refresh=5", "seed=0", "experiment=results"]  # no runs_dir: a run of the default place
+    monkeypatch.chdir(tmp_path)  # a user's checkout, whose runs/ holds a warmed-up model of the same settings
+    users = builtin_dir(compose_config(overrides).cfg)
+    assert not users.is_absolute()
+    users.mkdir(parents=True)
+    (users / "model.safetensors").write_bytes(b"the user's weights")
+    (users / "warmup.json").write_text("{}")
+    runs_dir = tmp_path / "elsewhere"
+    write_trained_run(runs_dir / "results" / "countdown-refresh" / "refresh=5-seed=0", overrides)
+    results.keep_records("countdown-refresh", runs_dir)
+    manifest = json.loads((results.records_of("countdown-refresh") / "refresh=5-seed=0" / "manifest.json").read_text())
+    assert "base_model" not in manifest  # no model cached under its own runs folder: not known, not the user's
+
+
 def started_from(run: Path, digest: str) -> None:
     """Name the built-in weights the run folder ``run`` started from in its manifest."""
     manifest = json.loads((run / "manifest.json").read_text())

@@ -9,6 +9,7 @@ process there until it gets SIGCONT, so a test can race another command against 
 - ``shard-written``: a shard file is in place, its ``.sha256`` not yet (:mod:`tsctl.io.shards`);
 - ``checkpoint-partial``: a checkpoint's weights are in its temp folder, its trainer state not yet
   (:mod:`tsctl.io.checkpoints`);
+- ``sweep-locked``: ``tsctl ablate`` holds its sweep's lock, no point started yet (:mod:`tsctl.stages.ablate`);
 - ``resume-planned``: a resume holds its run's lock and has chosen its checkpoint, loaded nothing yet (:mod:`tsctl.stages.train`);
 - ``step-sampled``: a step's samples are drawn, its update not yet (:mod:`tsctl.trainer.step`);
 - ``step-logged``: a step's metrics line is written, its checkpoint (if any) not yet (:mod:`tsctl.stages.train`).

@@ -63,7 +63,7 @@ from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
-from tsctl.io import arithmetic, atomic
+from tsctl.io import arithmetic, atomic, faults
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError, held
 from tsctl.seeds.base import uses_seeds
@@ -212,6 +212,7 @@ def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
         sweep.path.mkdir(parents=True, exist_ok=True)
     with held(sweep.path, f"sweep {sweep.path} is in use by {{owner}} (another `tsctl ablate` of it); wait for that one to "
               "end (or stop it), then rerun this command: completed points are skipped"):
+        faults.hit("sweep-locked")
         launch(sweep)
         report(sweep.path, baseline=options.baseline, level=options.level, equivalence_margin=options.equivalence_margin)
     failed = [run.path.name for run in find_runs(sweep.path) if run.status != "completed"]
