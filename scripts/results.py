@@ -52,22 +52,12 @@ from tsctl.stages.report.crossed import mean_squares, seed_spread
 from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points, header
 from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_spec import SECTIONS, SWEEPS, WARMUP_MODEL  # noqa: E402  (this script's own folder)
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
 FIGURES = ROOT / "docs" / "results"
-
-SWEEPS: dict[str, tuple[str, list[str], str]] = {
-    "countdown-ratio": ("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0"),
-    "arithmetic-ratio": ("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
-    "countdown-truncation": ("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
-    "countdown-refresh": ("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
-    "countdown-selectors": ("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
-                            ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
-    "countdown-collapse-ratio": ("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
-                                 ["task=countdown", "trainer.lr=2e-4", "trainer.steps=200", "refresh=25", "ratio=0,25,50"], "ratio=0"),
-}
-"""name -> (title, overrides, baseline). Ratio sweeps take ``--seeds`` seeds, the others ``--ablation-seeds``.
-Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
 DEFAULT_RUN = {"countdown-ratio": "ratio=25", "countdown-truncation": "truncation=uniform", "countdown-refresh": "refresh=10"}
 """sweep -> its point that is the default countdown run at ``ratio=25`` (``truncation=uniform`` and ``refresh=10``
@@ -91,7 +81,7 @@ def share_runs(name: str, seeds: int, steps: Optional[int], runs_dir: str, weigh
     """
     if name not in DEFAULT_RUN:
         return []
-    _, overrides, _ = SWEEPS[name]
+    overrides = resolved(name, runs_dir)
     setting = DEFAULT_RUN[name]
     point = [setting if o.split("=", 1)[0] == setting.split("=", 1)[0] else o for o in overrides]
     place = ["experiment=results", f"name={name}", f"runs_dir={runs_dir}"] + ([f"trainer.steps={steps}"] if steps else [])
@@ -143,7 +133,7 @@ def keep_records(name: str, runs_dir: Path) -> list[Path]:
     record is never overwritten: a run trains to the same numbers on the same code). The page is about runs
     of the sweep's own length: a run of other ``trainer.steps`` (``--steps``) is left out. Returns the records written."""
     folder = Path(runs_dir) / "results" / name
-    default_steps = compose_config([o.split(",")[0] for o in SWEEPS[name][1]]).cfg.trainer.steps
+    default_steps = compose_config([o.split(",")[0] for o in resolved(name, str(runs_dir))]).cfg.trainer.steps
     written = []
     for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
         target = records_of(name) / run.name
@@ -153,22 +143,24 @@ def keep_records(name: str, runs_dir: Path) -> list[Path]:
         if steps != default_steps:
             print(f"{name}: {run.name} ran trainer.steps={steps}, not the sweep's {default_steps}; no record kept", flush=True)
             continue
-        name_base_model(run)
+        name_base_model(run, Path(runs_dir))
         save_record(run, target)
         written.append(target)
     return written
 
 
-def name_base_model(run: Path) -> None:
+def name_base_model(run: Path, runs_dir: Path) -> None:
     """Give the manifest of a run trained before manifests named their base model its ``base_model``: the
-    cached built-in model its overrides lead to, which is the one it started from (the cache is written once,
-    unless rebuilt), so that the report can tell whether the runs of a sweep started from the same weights."""
+    cached built-in model its overrides lead to under ``runs_dir`` (the folder the run is in, never the working
+    directory's), which is the one it started from (the cache is written once, unless rebuilt), so that the
+    report can tell whether the runs of a sweep started from the same weights."""
     manifest = RunDir(run).manifest()
     overrides = run / ".hydra" / "overrides.yaml"
     if "base_model" in manifest or not overrides.is_file():
         return
     try:
-        cfg = compose_config([str(o) for o in OmegaConf.load(overrides)]).cfg
+        kept = [str(o) for o in OmegaConf.load(overrides) if not str(o).startswith("runs_dir=")]
+        cfg = compose_config([*kept, f"runs_dir={runs_dir}"]).cfg
     except ConfigError:  # overrides this code no longer takes: the model is not known
         return
     cached = builtin_dir(cfg)
@@ -196,8 +188,8 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
     other than the one this machine warms up (another machine's arithmetic) is not trained further here, and
     only runs from this machine's model are copied in (:func:`share_runs`).
     """
-    _, overrides, baseline = SWEEPS[name]
     weights = machine_weights(name, runs_dir)
+    overrides, baseline = resolved(name, runs_dir), SWEEPS[name].baseline
     sources = set(DEFAULT_RUN) if name in DEFAULT_RUN else set()  # the sweeps share_runs copies from
     for sweep in ({name} | sources) if steps is None else ():  # records are runs of the default length
         restore_records(sweep, Path(runs_dir))
@@ -220,11 +212,26 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
     keep_records(name, Path(runs_dir))
 
 
+def warmup_overrides(name: str, runs_dir: str) -> list[str]:
+    """The overrides of sweep ``name`` that its warm-up reads (its task and model keys, first values) and its runs folder."""
+    first = [o.split(",")[0] for o in SWEEPS[name].overrides if o.split("=")[0].split(".")[0] in ("task", "model")]  # all the warm-up reads
+    return [*first, f"runs_dir={runs_dir}"]
+
+
+def resolved(name: str, runs_dir: str) -> list[str]:
+    """Sweep ``name``'s overrides with :data:`WARMUP_MODEL` replaced by the folder of the warmed-up built-in model
+    its runs start from (under ``runs_dir``)."""
+    overrides = SWEEPS[name].overrides
+    if not any(WARMUP_MODEL in o for o in overrides):
+        return list(overrides)
+    folder = str(builtin_dir(compose_config(warmup_overrides(name, runs_dir)).cfg).absolute())
+    return [o.replace(WARMUP_MODEL, folder) for o in overrides]
+
+
 def machine_weights(name: str, runs_dir: str) -> Optional[str]:
     """The digest of the built-in model this machine trains sweep ``name`` from (``tsctl warmup`` builds it
     first when it is not cached); None when the sweep does not start from the built-in model."""
-    first = [o.split(",")[0] for o in SWEEPS[name][1] if o.split("=")[0].split(".")[0] in ("task", "model")]  # all the warm-up reads
-    first.append(f"runs_dir={runs_dir}")
+    first = warmup_overrides(name, runs_dir)
     cfg = compose_config(first).cfg
     if cfg.model.path != "builtin":
         return None
@@ -239,7 +246,7 @@ def started_from(run: Path) -> Optional[str]:
 
 def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional[Summary]]:
     """The page section of one sweep (tables, plots), its points and their summary (none before a run)."""
-    title, _, baseline = SWEEPS[name]
+    title, baseline = SWEEPS[name].title, SWEEPS[name].baseline
     folder = runs_dir / "results" / name
     lines = [f"## {title}", ""]
     try:
@@ -388,6 +395,21 @@ def sweep_part(name: str, scratch: Path) -> tuple[list[str], Optional[list[dict]
     return lines, kept["claims"]
 
 
+ARM_SWEEPS = {arm.sweep for section in SECTIONS.values() for arm in section.arms}
+"""The sweeps whose runs the page shows as arms of a :data:`SECTIONS` entry, not as sections of their own."""
+
+
+def arms_part(name: str) -> list[str]:
+    """Section ``name`` of :data:`SECTIONS`: its question, its arms and its primary family, declared before its runs."""
+    spec = SECTIONS[name]
+    sweeps = sorted({arm.sweep for arm in spec.arms})
+    lines = [f"## {spec.title}", "", f"Asked before its runs: {spec.question}", "",
+             "Arms: " + "; ".join(f"{arm.label} (`{arm.sweep}`{', ' + arm.point if arm.point else ''})" for arm in spec.arms) + ".", "",
+             f"Primary comparisons (one Holm family of {len(spec.primary)}): "
+             + "; ".join(f"{p.setting} against {p.baseline} on {p.metric}" for p in spec.primary) + ".", ""]
+    return lines + [f"Pending: not yet run with records; `python scripts/results.py --only {' '.join(sweeps)}` runs it.", ""]
+
+
 def render(runs_dir: Optional[Path] = None) -> str:
     """The whole page from the sweeps' records (:func:`sweep_part`), after keeping the records of the
     finished runs under ``runs_dir`` (when given)."""
@@ -396,10 +418,15 @@ def render(runs_dir: Optional[Path] = None) -> str:
         for name in SWEEPS:
             if runs_dir is not None:
                 keep_records(name, runs_dir)
+        for name in SWEEPS:
+            if name in ARM_SWEEPS:
+                continue
             lines, found = sweep_part(name, Path(tmp))
             body += lines
             if found is not None:
                 claim_blocks.append((name, found))
+        for name in SECTIONS:
+            body += arms_part(name)
     claims = ["## The method's claims, as these runs see them", ""]
     for i, claim in enumerate(CLAIMS):
         claims += [f"### {claim.title}", ""]
@@ -463,7 +490,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parser.parse_args(argv)
     if not args.render and not args.check:
         for name in args.only or list(SWEEPS):
-            seeds = args.seeds if name.endswith("-ratio") else args.ablation_seeds
+            seeds = SWEEPS[name].seeds or (args.seeds if name.endswith("-ratio") else args.ablation_seeds)
             run_sweep(name, seeds, args.steps, args.jobs, args.runs_dir)
     if args.render or not args.check:
         args.page.write_text(render(Path(args.runs_dir)))

@@ -1,0 +1,148 @@
+"""What ``scripts/results.py`` runs and what its page compares: the sweeps, the sections built from them and
+each section's primary comparisons, declared here before any of its runs is recorded (the history of this
+file shows the order).
+
+A *sweep* is one ``tsctl ablate experiment=results name=<sweep>`` grid. A *section* of the page is a set of
+*arms*, each the runs of one point of a sweep (a sweep's point may be the arm of several sections). A section's
+*primary* comparisons are its family: their p-values are Holm-adjusted together and only they get verdicts;
+every other comparison the section shows is exploratory, adjusted in a family of its own and said to be so.
+A comparison that is primary in one section is shown with that verdict wherever else it appears.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+WARMUP_MODEL = "{warmup}"
+"""Stands, in a sweep's overrides, for the folder of the warmed-up built-in model its runs start from
+(``scripts/results.py`` puts the path in before it runs the sweep)."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One ``tsctl ablate`` grid of the page.
+
+    Attributes:
+        title: the heading of its section on the page.
+        overrides: the sweep's overrides (Hydra sweep syntax), ``seed`` aside.
+        baseline: the point its section's table compares the others with (``key=value``).
+        seeds: how many seeds each point runs; None: ``--seeds`` for a ratio sweep (a name ending in
+            ``-ratio``), ``--ablation-seeds`` for the others.
+    """
+
+    title: str
+    overrides: list[str]
+    baseline: str
+    seeds: Optional[int] = None
+
+
+COLLAPSE = ["task=countdown", "trainer.lr=2e-4", "trainer.steps=200"]
+"""The regime where plain DAPO degrades: countdown at four times the default learning rate, for 200 steps."""
+KEPT = ["trainer.keep_checkpoints=0"]
+"""Every checkpoint kept (one each 25 steps), so that each can be scored for the pass@k trajectory."""
+
+SWEEPS: dict[str, Sweep] = {
+    "countdown-ratio": Sweep("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0"),
+    "arithmetic-ratio": Sweep("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
+    "countdown-truncation": Sweep("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
+    "countdown-refresh": Sweep("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
+    "countdown-selectors": Sweep("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
+                                 ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
+    "countdown-collapse-ratio": Sweep("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
+                                      [*COLLAPSE, "refresh=25", "ratio=0,25,50"], "ratio=0"),
+    # the mechanism controls, the dose-response and the trajectory (5 seeds each, every checkpoint kept)
+    "countdown-collapse-base": Sweep("Countdown at lr 2e-4: ratio 0 and 25, every checkpoint kept", [*COLLAPSE, *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
+    "countdown-collapse-refresh10": Sweep("Countdown at lr 2e-4: ratio 25 with seeds up to 10 steps old", [*COLLAPSE, *KEPT, "ratio=25", "refresh=10"], "ratio=25", 5),
+    "countdown-collapse-no-prefix-grad": Sweep("Countdown at lr 2e-4: ratio 25, no gradient on the prefix",
+                                               [*COLLAPSE, *KEPT, "ratio=25", "refresh=25", "seeds.train_prefix=false"], "ratio=25", 5),
+    "countdown-collapse-warmup-seeds": Sweep("Countdown at lr 2e-4: ratio 25, seeds always written by the warmed-up model",
+                                             [*COLLAPSE, *KEPT, "ratio=25", "refresh=25", "seeds.source=model", f"seeds.source_path={WARMUP_MODEL}"], "ratio=25", 5),
+    "countdown-collapse-kl": Sweep("Countdown at lr 2e-4: ratio 0 with a KL penalty (0.1) to the warmed-up model",
+                                   [*COLLAPSE, *KEPT, "ratio=0", "algo.kl_coef=0.1"], "ratio=0", 5),
+    "countdown-dose-lr1e-4": Sweep("Countdown at lr 1e-4, 200 steps: ratio 0 and 25", ["task=countdown", "trainer.lr=1e-4", "trainer.steps=200", *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
+    "countdown-dose-lr3e-4": Sweep("Countdown at lr 3e-4, 200 steps: ratio 0 and 25", ["task=countdown", "trainer.lr=3e-4", "trainer.steps=200", *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
+}
+"""name -> the sweep. Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """The runs of one point of a sweep, under the name a section gives them.
+
+    Attributes:
+        label: how the section names the arm.
+        sweep: the :data:`SWEEPS` entry that trains it.
+        point: its point in that sweep (``ratio=25``); empty for a sweep of one point.
+    """
+
+    label: str
+    sweep: str
+    point: str = ""
+
+
+@dataclass(frozen=True)
+class Primary:
+    """One primary comparison: arm ``setting`` against arm ``baseline`` on ``metric``, paired by seed."""
+
+    setting: str
+    baseline: str
+    metric: str
+
+
+@dataclass(frozen=True)
+class Section:
+    """A section of the page built from the arms of one or more sweeps.
+
+    Attributes:
+        title: its heading.
+        arms: the arms, in the order of its table.
+        primary: the comparisons that make its family (the only ones with verdicts).
+        question: what it asks, in a sentence, as declared before its runs.
+        trajectory: arms whose every checkpoint is scored on the final evaluation's problems (pass@k by step).
+    """
+
+    title: str
+    arms: list[Arm]
+    primary: list[Primary]
+    question: str
+    trajectory: list[str] = field(default_factory=list)
+
+
+CONTROLS = ["ratio 25, refresh 10", "ratio 25, no prefix gradient", "ratio 25, seeds from the warm-up model", "ratio 0, KL 0.1"]
+"""The mechanism controls, each against ratio 25 and against ratio 0."""
+
+SECTIONS: dict[str, Section] = {
+    "countdown-collapse-controls": Section(
+        "Where plain DAPO degrades (countdown, lr 2e-4, 200 steps): what the seeds' gain comes from",
+        [
+            Arm("ratio 0", "countdown-collapse-base", "ratio=0"),
+            Arm("ratio 25", "countdown-collapse-base", "ratio=25"),
+            Arm("ratio 25, refresh 10", "countdown-collapse-refresh10"),
+            Arm("ratio 25, no prefix gradient", "countdown-collapse-no-prefix-grad"),
+            Arm("ratio 25, seeds from the warm-up model", "countdown-collapse-warmup-seeds"),
+            Arm("ratio 0, KL 0.1", "countdown-collapse-kl"),
+        ],
+        [Primary("ratio 25", "ratio 0", "pass@8")] + [Primary(c, b, "pass@8") for c in CONTROLS for b in ("ratio 25", "ratio 0")],
+        "Does ratio 25's held-out pass@8 gain over ratio 0 at this learning rate come from the refresh interval (10 against "
+        "25), from the gradient on the prefix, from anchoring to a better old policy (seeds always from the warmed-up "
+        "model), or would a plain regulariser (a KL penalty to the warmed-up model, no seeds) do as well?",
+        trajectory=["ratio 0", "ratio 25"],
+    ),
+    "countdown-dose": Section(
+        "Dose-response (countdown, 200 steps): the seeds' gain against how far plain DAPO degrades",
+        [
+            Arm("lr 1e-4, ratio 0", "countdown-dose-lr1e-4", "ratio=0"),
+            Arm("lr 1e-4, ratio 25", "countdown-dose-lr1e-4", "ratio=25"),
+            Arm("lr 2e-4, ratio 0", "countdown-collapse-base", "ratio=0"),
+            Arm("lr 2e-4, ratio 25", "countdown-collapse-base", "ratio=25"),
+            Arm("lr 3e-4, ratio 0", "countdown-dose-lr3e-4", "ratio=0"),
+            Arm("lr 3e-4, ratio 25", "countdown-dose-lr3e-4", "ratio=25"),
+        ],
+        [Primary("lr 1e-4, ratio 25", "lr 1e-4, ratio 0", "pass@8"), Primary("lr 3e-4, ratio 25", "lr 3e-4, ratio 0", "pass@8")],
+        "Does ratio 25's held-out pass@8 gain over ratio 0 grow with the learning rate, that is with how far plain DAPO "
+        "falls below the warmed-up model? (lr 2e-4 is the controls section's, its comparison primary there.)",
+    ),
+}
+"""name -> a section built from arms. The sweeps no section names are sections of their own (their table's
+comparisons with the sweep's baseline one family, as before sections declared a primary family)."""
