@@ -1,7 +1,9 @@
 """Throughput of the hf engine against plain ``model.generate`` (or against real vLLM) on a random model, CPU or CUDA.
 
 By default (CPU) a random ~3.4M-parameter Llama (hidden 192, 6 layers, 6 heads, SwiGLU 704, vocab 128,
-fp32) samples 128 sequences x 48 new tokens from left-padded prompts of 14-18 tokens, in two layouts:
+fp32; ``--shape`` picks SmolLM2-135M's or Qwen2.5-0.5B's shape instead)
+samples 128 sequences x 48 new tokens from left-padded prompts of 14-18 tokens (``--prompt-tokens N``: N to N + 4),
+in two layouts:
 16 prompts x 8 samples (the RL case; the engine prefills each prompt once) and 128 distinct prompts.
 No EOS stops a row, so both sides decode exactly the same number of tokens. The two sides are
 interleaved and the median over the repeats is reported with the min-max spread, and the time per
@@ -15,7 +17,7 @@ run's engine is, its KV cache sized as on the CPU) on the same model, saved to a
 character tokenizer that has no EOS (so no row stops early), in place of ``model.generate``.
 
     python bench/engine_throughput.py [--repeats 7] [--threads 2]
-    python bench/engine_throughput.py --against vllm
+    python bench/engine_throughput.py --against vllm [--shape smollm-135m|qwen2-0.5b]
     python bench/engine_throughput.py --device cuda --new-tokens 256 --repeats 3
 """
 
@@ -45,11 +47,14 @@ PAD = 0
 SHAPES = {
     "tiny-llama": (LlamaConfig, LlamaForCausalLM, dict(
         hidden_size=192, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=6, intermediate_size=704, vocab_size=128)),
+    "smollm-135m": (LlamaConfig, LlamaForCausalLM, dict(
+        hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, intermediate_size=1536,
+        vocab_size=49152, tie_word_embeddings=True)),
     "qwen2-0.5b": (Qwen2Config, Qwen2ForCausalLM, dict(
         hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
         vocab_size=151936, tie_word_embeddings=True)),
 }
-"""Model shapes: a tiny Llama for CPUs, Qwen2.5-0.5B's for GPUs."""
+"""Model shapes: a tiny Llama (the built-in model's size), SmolLM2-135M's and Qwen2.5-0.5B's (random weights)."""
 
 
 def build_model(shape: str, device: str, context: int) -> PreTrainedModel:
@@ -60,9 +65,9 @@ def build_model(shape: str, device: str, context: int) -> PreTrainedModel:
         return model_class(config).float().eval()
 
 
-def make_prompts(groups: int, samples: int) -> list[list[int]]:
-    """``groups`` random prompts of 14-18 tokens, each repeated ``samples // groups`` times."""
-    prompts = [torch.randint(3, 128, (int(torch.randint(14, 19, ())),)).tolist() for _ in range(groups)]
+def make_prompts(groups: int, samples: int, shortest: int = 14) -> list[list[int]]:
+    """``groups`` random prompts of ``shortest`` to ``shortest + 4`` tokens, each repeated ``samples // groups`` times."""
+    prompts = [torch.randint(3, 128, (int(torch.randint(shortest, shortest + 5, ())),)).tolist() for _ in range(groups)]
     return [p for p in prompts for _ in range(samples // groups)]
 
 
@@ -106,7 +111,7 @@ def time_generate(model: PreTrainedModel, prompts: list[list[int]], new_tokens: 
 
 def vllm_engine(model: PreTrainedModel, samples: int, folder: Path):
     """tsctl's vllm engine over ``model`` saved to ``folder`` (float32 on the CPU), with a tokenizer without EOS."""
-    from tsctl.engines import vllm_platform
+    from tsctl.engines import vllm_sizing
     from tsctl.engines.vllm import VLLMEngine
 
     tokenizer = build_char_tokenizer(model.config.vocab_size)
@@ -117,7 +122,7 @@ def vllm_engine(model: PreTrainedModel, samples: int, folder: Path):
     dtype = "float32" if model.device.type == "cpu" else "bfloat16"
     return VLLMEngine(
         str(folder), (), dtype=dtype, max_model_len=context, max_num_seqs=samples, enable_sleep_mode=False,
-        kv_cache_bytes=vllm_platform.cpu_kv_cache_bytes(model.config, dtype, context, samples),
+        kv_cache_bytes=vllm_sizing.cpu_kv_cache_bytes(model.config, dtype, context, samples),
     )
 
 
@@ -138,6 +143,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="autocast dtype of both sides (default: bfloat16 on cuda, float32 on cpu)")
     parser.add_argument("--samples", type=int, default=128, help="sequences per batch (a multiple of 8)")
     parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--prompt-tokens", type=int, default=14, help="shortest prompt (prompts have 4 tokens more at most)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--against", choices=["generate", "vllm"], default="generate",
@@ -158,10 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     dtype = getattr(torch, args.compute_dtype)
-    model = build_model(args.shape, args.device, context=64 + args.new_tokens)
+    model = build_model(args.shape, args.device, context=args.prompt_tokens + 50 + args.new_tokens)
     engine = HFEngine(model, end_ids=-1, pad_id=PAD, batch_size=args.samples, compute_dtype=dtype)
     print(f"model: {args.shape}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {args.device}, "
-          f"compute {args.compute_dtype}, {args.samples} sequences x {args.new_tokens} new tokens, "
+          f"compute {args.compute_dtype}, {args.samples} sequences x {args.new_tokens} new tokens after {args.prompt_tokens}+ prompt tokens, "
           f"{args.threads} threads, {args.repeats} repeats")
     with tempfile.TemporaryDirectory() as folder:
         if args.against == "vllm":
@@ -170,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             name, run_other = "model.generate", lambda prompts: time_generate(model, prompts, args.new_tokens, dtype)
         for groups in (args.samples // 8, args.samples):
-            prompts = make_prompts(groups, args.samples)
+            prompts = make_prompts(groups, args.samples, args.prompt_tokens)
             time_engine(engine, prompts, args.new_tokens, engine.device)  # warm-up
             run_other(prompts)
             ours, theirs = [], []

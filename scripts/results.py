@@ -1,6 +1,6 @@
 """Regenerate docs/RESULTS.md: the sweeps behind tsctl's published numbers, their statistics and plots,
 what they say about the four claims of the Thinking Seeds method, and one sweep beyond the paper: which
-snapshot of a behaviour pool should write the seeds (``seeds.selector``), with where the gain came from.
+snapshot of a behaviour pool should write the seeds (``seeds.selector``), with its seeded samples by source, arm, age and prefix length.
 
     python scripts/results.py                     # run (or resume) every sweep, then write the page
     python scripts/results.py --only countdown-ratio --jobs 2
@@ -53,7 +53,9 @@ from tsctl.stages.report.points import Point, Run, base_weights, find_runs, grou
 from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_spec import SECTIONS, SWEEPS, WARMUP_MODEL  # noqa: E402  (this script's own folder)
+from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, warmup_point  # noqa: E402  (this script's own folder)
+from results_scoring import score_trajectory, score_warmup  # noqa: E402
+from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -239,20 +241,51 @@ def machine_weights(name: str, runs_dir: str) -> Optional[str]:
     return weights_digest(builtin_dir(cfg))
 
 
+def score(name: str, seeds: int, runs_dir: str, warmup_model: Optional[Path] = None) -> None:
+    """Score with the final evaluation's code what sweep ``name``'s section shows besides its runs: the warmed-up model
+    they start from (one record per sampling seed, :func:`results_scoring.score_warmup`) and every kept checkpoint of
+    the runs of a section's ``trajectory`` arms (:func:`results_scoring.score_trajectory`).
+
+    The warmed-up model is this machine's (warmed up first when not cached), or ``warmup_model``: a folder with the
+    weights the sweep's records started from (warmed up at the revision that trained them); a sweep whose records
+    started from other weights than the model scored here is refused, since its warm-up row would be another model's.
+    """
+    first = [o.split(",")[0] for o in resolved(name, runs_dir)]
+    if warmup_model is None:
+        digest = machine_weights(name, runs_dir)
+        model = builtin_dir(compose_config(warmup_overrides(name, runs_dir)).cfg) if digest is not None else None
+    else:
+        model, digest = warmup_model, weights_digest(warmup_model)
+    recorded = {started_from(r) for r in records_of(name).iterdir() if is_record(r)} - {None} if records_of(name).is_dir() else set()
+    if model is not None and recorded - {digest}:
+        raise SystemExit(f"{name}: its records started from built-in weights {', '.join(sorted(recorded))}, not {digest}: pass "
+                         "--warmup-model with a folder of those weights (the warm-up at the revision that trained them)")
+    if model is not None:
+        score_warmup(FIGURES, [*first, f"runs_dir={runs_dir}"], model, digest, seeds)
+    points = {arm.point for section in SECTIONS.values() for arm in section.arms if arm.sweep == name and arm.label in section.trajectory}
+    folder = Path(runs_dir) / "results" / name
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if points and folder.is_dir() else []:
+        overrides = [str(o) for o in OmegaConf.load(run / ".hydra" / "overrides.yaml")] if (run / ".hydra" / "overrides.yaml").is_file() else []
+        if is_done(RunDir(run)) and points & set(overrides):
+            written = score_trajectory(run, FIGURES / name / "trajectory" / run.name, lambda r: compose_config(overrides).cfg)
+            print(f"{name}: {run.name}: {len(written)} checkpoint(s) scored", flush=True)
+
+
 def started_from(run: Path) -> Optional[str]:
     """The built-in weights' digest the run (or record) folder ``run`` started from, None when not recorded."""
     return base_weights(RunDir(run).manifest())
 
 
-def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional[Summary]]:
-    """The page section of one sweep (tables, plots), its points and their summary (none before a run)."""
+def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional[Summary], list[dict]]:
+    """The page section of one sweep (tables, plots), its points, their summary (none before a run) and its
+    comparisons as README quotes them (:func:`results_arms.quote`)."""
     title, baseline = SWEEPS[name].title, SWEEPS[name].baseline
     folder = runs_dir / "results" / name
     lines = [f"## {title}", ""]
     try:
         runs = find_runs(folder)
     except FileNotFoundError:
-        return lines + [f"Pending: not yet run with records; `python scripts/results.py --only {name}` runs it.", ""], [], None
+        return lines + [f"Pending: not yet run with records; `python scripts/results.py --only {name}` runs it.", ""], [], None, []
     points = group_points(runs)
     key, value = baseline.split("=", 1)
     values = sorted({str(r.settings.get(key)) for r in runs})
@@ -261,6 +294,8 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
         points[0].label, points[0].settings = f"{key}={values[0]}", {key: values[0]}
     summary = summarize(points)
     rows = compare(summary, {key: value}) if not alone else []
+    warm = warmup_point(points, FIGURES, runs_dir)
+    shown = summarize([warm, *points]) if warm else summary
     out = report(folder, echo=False, baseline=None if alone else baseline)
     target = FIGURES / name
     target.mkdir(parents=True, exist_ok=True)
@@ -270,16 +305,21 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])
-    lines += md_table(*table_rows(summary)) + ["", notes(summary), ""]
+    lines += md_table(*table_rows(shown)) + ["", notes(summary), ""]
     if rows:
         lines += [f"Paired against {baseline}:", "", *md_table(*comparison_rows(rows)), ""]
         lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]
+    against_warm = family([(p, warm, m) for p in points for m in HELD_OUT]) if warm is not None else []
+    lines += family_lines("Exploratory: each point against the warm-up model it started from, on the held-out metrics "
+                          "(a Holm family of its own):", against_warm)
     lines += next((seed_spread_check(p) for p in points if p.label == baseline), [])
     attribution = markdown_section(attribution_rows(points, summary.level), summary.level)
     if attribution:  # one level down: a part of this sweep's section
-        lines += [attribution.replace("## Where", "### Where", 1)]
+        lines += [attribution.replace("## Seeded", "### Seeded", 1)]
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
-    return lines, points, summary
+    quotes = [quote(r, f"the section's table, Holm over {len(rows)}") for r in rows]
+    quotes += [quote(r, f"exploratory, Holm over {len(against_warm)}") for r in against_warm]
+    return lines, points, summary, quotes
 
 
 def seed_spread_check(point: Point) -> list[str]:
@@ -368,8 +408,9 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
     return lines
 
 
-def sweep_part(name: str, scratch: Path) -> tuple[list[str], Optional[list[dict]]]:
-    """Sweep ``name``'s section of the page and, for a ratio sweep, its verdict on each claim (status, lines).
+def sweep_part(name: str, scratch: Path) -> tuple[list[str], Optional[list[dict]], list[dict]]:
+    """Sweep ``name``'s section of the page, for a ratio sweep its verdict on each claim (status, lines), and its
+    comparisons as README quotes them.
 
     They are written anew from the sweep's records (restored under ``scratch``) when these are at least as
     many as the runs the kept section stands on, and then kept (``section.md``, ``section.json``); else the
@@ -379,41 +420,35 @@ def sweep_part(name: str, scratch: Path) -> tuple[list[str], Optional[list[dict]
     kept = json.loads(kept_json.read_text()) if kept_json.is_file() else {"runs": 0, "claims": None}
     restored = restore_records(name, scratch)
     if restored and len(restored) >= kept["runs"]:
-        lines, points, summary = section(name, scratch)
+        lines, points, summary, quotes = section(name, scratch)
         claims = None
         if name.endswith("-ratio") and summary is not None:
             claims = [{"status": status, "lines": found} for _, status, found in assess(points, summary)]
         atomic.write_text(kept_md, "\n".join(lines) + "\n")
-        atomic.write_json(kept_json, {"runs": len(restored), "claims": claims})
-        return lines, claims
+        atomic.write_json(kept_json, {"runs": len(restored), "claims": claims, "quotes": quotes})
+        return lines, claims, quotes
     if not kept_md.is_file():
-        return section(name, scratch)[0], None  # pending
+        return section(name, scratch)[0], None, []  # pending
     lines = kept_md.read_text().splitlines()
     if restored:
         lines += [f"`docs/results/{name}/runs/` holds {len(restored)} record(s) so far: this section is written anew from "
                   f"them once they are as many as the {kept['runs']} run(s) it stands on.", ""]
-    return lines, kept["claims"]
+    return lines, kept["claims"], kept.get("quotes", [])
 
 
 ARM_SWEEPS = {arm.sweep for section in SECTIONS.values() for arm in section.arms}
 """The sweeps whose runs the page shows as arms of a :data:`SECTIONS` entry, not as sections of their own."""
 
 
-def arms_part(name: str) -> list[str]:
-    """Section ``name`` of :data:`SECTIONS`: its question, its arms and its primary family, declared before its runs."""
-    spec = SECTIONS[name]
-    sweeps = sorted({arm.sweep for arm in spec.arms})
-    lines = [f"## {spec.title}", "", f"Asked before its runs: {spec.question}", "",
-             "Arms: " + "; ".join(f"{arm.label} (`{arm.sweep}`{', ' + arm.point if arm.point else ''})" for arm in spec.arms) + ".", "",
-             f"Primary comparisons (one Holm family of {len(spec.primary)}): "
-             + "; ".join(f"{p.setting} against {p.baseline} on {p.metric}" for p in spec.primary) + ".", ""]
-    return lines + [f"Pending: not yet run with records; `python scripts/results.py --only {' '.join(sweeps)}` runs it.", ""]
-
-
 def render(runs_dir: Optional[Path] = None) -> str:
     """The whole page from the sweeps' records (:func:`sweep_part`), after keeping the records of the
     finished runs under ``runs_dir`` (when given)."""
-    body, claim_blocks = [], []
+    return render_all(runs_dir)[0]
+
+
+def render_all(runs_dir: Optional[Path] = None) -> tuple[str, str]:
+    """The page (:func:`render`) and README's block of findings (:func:`readme_block`), both from the records."""
+    body, claim_blocks, quotes = [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in SWEEPS:
             if runs_dir is not None:
@@ -421,12 +456,17 @@ def render(runs_dir: Optional[Path] = None) -> str:
         for name in SWEEPS:
             if name in ARM_SWEEPS:
                 continue
-            lines, found = sweep_part(name, Path(tmp))
+            lines, found, said = sweep_part(name, Path(tmp))
+            quotes[name] = said
             body += lines
             if found is not None:
                 claim_blocks.append((name, found))
+        decided = Decided()
         for name in SECTIONS:
-            body += arms_part(name)
+            for sweep in sorted({arm.sweep for arm in SECTIONS[name].arms}):
+                restore_records(sweep, Path(tmp))
+            lines, _, quotes[name] = arms_section(name, SECTIONS[name], FIGURES, Path(tmp), decided, provenance)
+            body += lines
     claims = ["## The method's claims, as these runs see them", ""]
     for i, claim in enumerate(CLAIMS):
         claims += [f"### {claim.title}", ""]
@@ -442,8 +482,14 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "in `docs/results/<sweep>/runs/`, which a later `python scripts/results.py` restores instead of training them again).",
         "Every run is `tsctl train` on the built-in model at the default settings unless the sweep says otherwise;",
         "each point is several seeds, paired by seed in every comparison. 95% intervals throughout. Verdicts come from",
-        "p-values Holm-adjusted within each family (a section's comparison table; each claim's comparisons), and every",
-        "comparison says what its interval rules out and the smallest effect its seeds could detect (MDE, 80% power).",
+        "p-values Holm-adjusted within the family that decides them, declared in `scripts/results_spec.py` with the sweep,",
+        "before its runs: a sweep's own section decides its comparison table against its baseline; a section built from",
+        "arms decides its primary comparisons only. Every other comparison (each point against the warm-up model it",
+        "started from; the primary pairs on other metrics; claims (i), (ii) and (iv), which no table makes) is exploratory,",
+        "adjusted in a family of its own and labelled so. One comparison has one verdict wherever it is shown: claim (iii)",
+        "and a section that shows another's primary comparison take that family's verdict. Every comparison says what its",
+        "interval rules out and the smallest effect its seeds could detect (MDE, 80% power). Each section's first row is",
+        "the warm-up model its runs started from, scored with the final evaluation's code, problems and sampling seeds.",
         "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`, or `--jobs 2` on 2 cores) beside",
         "other work, so their wall times say nothing about the README's. Each section says how many of its runs have",
         "finished. Compare points within a section: a section's runs start from one warmed-up built-in model (its weights'",
@@ -458,7 +504,45 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "otherwise); a sweep without records is listed as pending, with the command that runs it.",
         "",
     ]
-    return "\n".join(head + claims + body) + "\n"
+    return "\n".join(head + claims + body) + "\n", readme_block(quotes, claim_blocks)
+
+
+README = ROOT / "README.md"
+BLOCK_START = "<!-- findings: written by `python scripts/results.py --render` from docs/results/; do not edit by hand -->"
+BLOCK_END = "<!-- findings end -->"
+
+
+def readme_block(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, list[dict]]]) -> str:
+    """README's table of findings (:data:`README_QUOTES`, each with the verdict of the family that decides it on the
+    page) and the claims' status per ratio sweep, between :data:`BLOCK_START` and :data:`BLOCK_END`."""
+    rows = []
+    for q in README_QUOTES:
+        found = next((d for d in quotes.get(q.section, []) if (d["setting"], d["baseline"], d["metric"]) == (q.setting, q.baseline, q.metric)), None)
+        compared = f"{q.setting} vs {q.baseline}, held-out {q.metric}"
+        if found is None:
+            rows.append([q.question, q.regime, compared, "pending: no records yet", "–", "–", "–"])
+            continue
+        rows.append([q.question, q.regime, f"{compared}: {found['setting_mean']:.3f} vs {found['baseline_mean']:.3f} ({found['seeds']} seeds)",
+                     f"{found['difference']:+.3f} [{found['low']:+.3f}, {found['high']:+.3f}]", f"{found['p_holm']:.3g} ({found['family']})",
+                     found["verdict"], found["rules_out"]])
+    lines = [BLOCK_START, "", *md_table(["question", "regime", "comparison", "difference [95% CI]", "Holm p (family)", "verdict", "rules out"], rows), ""]
+    if claim_blocks:
+        head = ["claim", *(f"{name}" for name, _ in claim_blocks)]
+        status = [[claim.title, *(found[i]["status"] for _, found in claim_blocks)] for i, claim in enumerate(CLAIMS)]
+        lines += ["The method's four claims, each ratio sweep's verdict (the comparisons behind each are on the page):", "", *md_table(head, status), ""]
+    return "\n".join([*lines, BLOCK_END])
+
+
+def with_block(readme: str, block: str) -> str:
+    """``readme`` with its table of findings replaced by ``block``.
+
+    Raises:
+        ValueError: README has no such block (its markers are missing).
+    """
+    if BLOCK_START not in readme or BLOCK_END not in readme:
+        raise ValueError(f"README.md has no block of findings: put the lines {BLOCK_START!r} and {BLOCK_END!r} where it goes")
+    before, rest = readme.split(BLOCK_START, 1)
+    return before + block + rest.split(BLOCK_END, 1)[1]
 
 
 def unregenerable() -> list[str]:
@@ -483,6 +567,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                         "keep no record, so they stay off the page: a quick look, `tsctl report` on their sweep folder)")
     parser.add_argument("--jobs", type=int, default=1, help="points in parallel (joblib), each with its share of the cores")
     parser.add_argument("--runs-dir", default="runs", help="runs_dir of the sweeps (default runs)")
+    parser.add_argument("--score-only", action="store_true", help="train nothing: score the warm-up model of the --only sweeps "
+                        "(and every kept checkpoint of their trajectory arms) where no score is recorded yet, then write the page")
+    parser.add_argument("--warmup-model", type=Path, default=None, help="with --score-only: the folder of the warmed-up model "
+                        "the sweeps' records started from, when this revision warms up other weights")
     parser.add_argument("--render", action="store_true", help="train nothing: keep the records of the runs finished under --runs-dir and rewrite the page")
     parser.add_argument("--check", action="store_true", help="fail (exit 1, a line per sweep) when a section on the page cannot be "
                         "written from its records; with --render, after writing the page")
@@ -491,10 +579,16 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not args.render and not args.check:
         for name in args.only or list(SWEEPS):
             seeds = SWEEPS[name].seeds or (args.seeds if name.endswith("-ratio") else args.ablation_seeds)
-            run_sweep(name, seeds, args.steps, args.jobs, args.runs_dir)
+            if not args.score_only:
+                run_sweep(name, seeds, args.steps, args.jobs, args.runs_dir)
+            score(name, seeds, args.runs_dir, args.warmup_model)
     if args.render or not args.check:
-        args.page.write_text(render(Path(args.runs_dir)))
+        page, block = render_all(Path(args.runs_dir))
+        args.page.write_text(page)
         print(f"wrote {args.page}")
+        if args.page == PAGE:
+            README.write_text(with_block(README.read_text(), block))
+            print(f"wrote README.md's table of findings")
     if args.check:
         failed = unregenerable()
         for line in failed:

@@ -146,3 +146,50 @@ SECTIONS: dict[str, Section] = {
 }
 """name -> a section built from arms. The sweeps no section names are sections of their own (their table's
 comparisons with the sweep's baseline one family, as before sections declared a primary family)."""
+
+
+@dataclass(frozen=True)
+class Quote:
+    """One row of README's table of findings: a comparison the page makes, quoted with the verdict of its family.
+
+    Attributes:
+        question: what the row answers.
+        regime: the setting of the runs, in a few words.
+        section: the page section (a :data:`SWEEPS` or :data:`SECTIONS` name) that makes the comparison.
+        setting, baseline: the compared points' labels in that section (``warm-up`` for the model the runs started from).
+        metric: the compared metric (``pass@8``, ``greedy_accuracy``).
+    """
+
+    question: str
+    regime: str
+    section: str
+    setting: str
+    baseline: str
+    metric: str
+
+
+SEEDS_VS_DAPO = "Seeds against plain DAPO"
+AGAINST_WARMUP = "The end against the start"
+MECHANISM = "What carries the gain"
+DEFAULT = "default (lr 5e-5, 400 steps)"
+COLLAPSE_REGIME = "lr 2e-4, 200 steps"
+
+README_QUOTES = [
+    Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=25", "ratio=0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=50", "ratio=0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"arithmetic, {DEFAULT}", "arithmetic-ratio", "ratio=25", "ratio=0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"arithmetic, {DEFAULT}", "arithmetic-ratio", "ratio=50", "ratio=0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=25", "ratio=0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=50", "ratio=0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "ratio 0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, "countdown, lr 1e-4, 200 steps, refresh 25", "countdown-dose", "lr 1e-4, ratio 25", "lr 1e-4, ratio 0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, "countdown, lr 3e-4, 200 steps, refresh 25", "countdown-dose", "lr 3e-4, ratio 25", "lr 3e-4, ratio 0", "pass@8"),
+    Quote(AGAINST_WARMUP, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=0", "warm-up", "pass@8"),
+    Quote(AGAINST_WARMUP, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=25", "warm-up", "pass@8"),
+    Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 0", "warm-up", "pass@8"),
+    Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "warm-up", "pass@8"),
+    *(Quote(MECHANISM, f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controls", control, "ratio 25", "pass@8") for control in CONTROLS),
+    Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=bandit", "seeds.selector=latest", "pass@8"),
+    Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=uniform", "seeds.selector=latest", "pass@8"),
+]
+"""README's table of findings, in its order (written by ``scripts/results.py --render`` from the records)."""

@@ -55,7 +55,9 @@ def test_a_sweep_of_seed_knobs_without_seeds_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="seeds.selector"):
         plan(["ratio=0", "seeds.selector=latest,bandit", where])
     assert len(plan(["ratio=25", "truncation=uniform,entropy", where]).points) == 2
-    assert len(plan(["ratio=0,25", "refresh=5,20", where]).points) == 4  # the ratio=25 points differ
+    assert len(plan(["ratio=0,25", "refresh=5", where]).points) == 2  # the ratio=25 point reads refresh
+    with pytest.raises(ConfigError, match="points ratio=0-refresh=5 and ratio=0-refresh=20 of this sweep compose to the same run"):
+        plan(["ratio=0,25", "refresh=5,20", where])  # at ratio=0 both refresh values are one run
     assert not list(tmp_path.iterdir())  # planning writes nothing
 
 def test_the_readmes_slurm_recipe_trains_a_point_where_its_sweep_looks_for_it(tmp_path):

@@ -6,11 +6,11 @@ data and the model hashed with its mode before and after). Then the fix the line
 applied and shown to work: a fix of the config passes ``--cfg job`` (where the refusal was the
 config's), a fix on disk or of the run lets the command run to its end. Also: a full disk while
 checkpointing (the previous checkpoint intact, the run resumable) and files that follow the
-user's umask.
+user's umask. More of the catalogue: ``test_bad_sweeps.py``, ``test_bad_data.py``, ``test_bad_starts.py``,
+``test_unclear_words.py`` and, without a run, ``test_config_refusals.py`` (helpers in ``catalogue.py``).
 """
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -25,10 +25,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from catalogue import snapshot
 from conftest import micro_args
 from tsctl.cli import app
 from tsctl.engines import vllm_platform
-from tsctl.io.run_lock import LOCK_FILE, RunLock
+from tsctl.io.run_lock import RunLock
 from tsctl.models.builtin import builtin_dir
 from tsctl.stages.compose import compose_config
 
@@ -63,17 +64,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Setup:
     (data / "blank.jsonl").write_bytes(b"\n   \n\t\n")
     model = builtin_dir(compose_config(args).cfg)
     return Setup(root, args, root / "runs" / "default" / "done", model, data)
-
-
-def snapshot(*roots: Path) -> dict[str, tuple[int, str | None]]:
-    """Every file and folder under ``roots``: its mode and the SHA-256 of its bytes (None for a folder, and for a
-    run's lock file, which names the process that last took it: a refused resume takes it before it reads the run)."""
-    out = {}
-    for root in roots:
-        for path in [root, *sorted(root.rglob("*"))] if root.exists() else []:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and path.name != LOCK_FILE else None
-            out[str(path)] = (stat.S_IMODE(path.lstat().st_mode), digest)
-    return out
 
 
 def fails_cleanly(setup: Setup, args: list[str], *words: str) -> str:
@@ -164,7 +154,7 @@ def test_non_utf8_data_names_the_line_and_how_to_convert(setup, encodings, polic
 
 def test_a_line_in_another_encoding_among_utf8_lines(setup):
     data = setup.data / "mixed.jsonl"
-    other = problem_lines("cp1252", "cp1252").splitlines(keepends=True)[1]
+    other = (json.dumps({"question": "na\u00efve 3+3", "answer": "6"}, ensure_ascii=False) + "\n").encode("cp1252")  # a third problem
     data.write_bytes(problem_lines("utf-8", "utf-8") + other)  # converting the whole file from cp1252 would garble line 2
     args = new_run(setup, f"model.path={setup.model}", "task=file", f"task.file.train_path={data}", "name=fixed-mixed")
     line = fails_cleanly(setup, args, f"{data} line 3", "not UTF-8", "while line 2 is UTF-8 text that converting the whole file would garble", "re-save line 3 as UTF-8")

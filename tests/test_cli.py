@@ -33,6 +33,19 @@ def test_cfg_job_prints_the_resolved_config():
     assert "ratio: 25" in result.output and "steps: 7" in result.output and "truncation: uniform" in result.output
 
 
+def test_cfg_job_names_the_engine_keys_the_chosen_engine_does_not_read():
+    import yaml
+
+    hf = runner.invoke(app, ["train", "--cfg", "job"]).output
+    engine = yaml.safe_load(hf)["engine"]
+    assert (engine["name"], engine["dtype"], engine["enable_sleep_mode"], engine["max_model_len"]) == ("hf", None, None, None)
+    assert hf.rstrip().splitlines()[-1] == (
+        "# engine=hf does not read engine.dtype, engine.enable_sleep_mode, engine.enforce_eager, engine.gpu_memory_utilization, "
+        "engine.max_model_len, engine.tensor_parallel_size"
+    )
+    assert "does not read" not in runner.invoke(app, ["train", "engine=vllm", "--cfg", "job"]).output
+
+
 @pytest.mark.parametrize(
     "args, words",
     [

@@ -39,8 +39,9 @@ def test_overrides_reach_typed_fields_and_groups():
         (["model.tiny.num_heads=3"], "model.tiny.num_heads", "divide"),
         (["task=file"], "task.file.train_path", "JSONL or Parquet"),
         (["seeds.lo=0.9", "seeds.hi=0.1"], "seeds.lo", "<= seeds.hi"),
-        (["ratio=25", "trainer.n=2"], "ratio", "use ratio > 25 for one seeded sample per group"),
-        (["ratio=5"], "ratio", "round(n * ratio / 100) = 0"),
+        (["ratio=25", "trainer.n=2"], "ratio", "exact at trainer.n=2: ratio=0 (plain DAPO) or ratio=50, or trainer.n=4 where ratio=25 is exact"),
+        (["ratio=5"], "ratio", "round(8 x 5 / 100) = 0"),
+        (["ratio=30"], "ratio", "= 2 of the trainer.n=8 samples of each group, which is ratio=25, not 30"),
     ],
 )
 def test_each_mistake_names_its_key(overrides, key, words):

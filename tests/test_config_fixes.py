@@ -27,8 +27,11 @@ CASES = [
     (["engine.max_new_tokens=64", "engine.max_model_len=64"], ["must exceed engine.max_new_tokens=64"], ["engine.max_model_len=65"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=1"], ["e.g. seeds.pool_size=4"], ["seeds.pool_size=4"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=4", "refresh=0"], ["set refresh > 0"], ["refresh=1"]),
-    (["ratio=5"], ["use ratio > 6.25 for one seeded sample per group, or ratio=0 for plain DAPO"], ["ratio=7"]),
-    (["ratio=5"], ["or ratio=0 for plain DAPO"], ["ratio=0"]),
+    (["ratio=5"], ["use a ratio that is exact at trainer.n=8: ratio=0 (plain DAPO) or ratio=12.5, or trainer.n=20"], ["ratio=12.5"]),
+    (["ratio=5"], ["ratio=0 (plain DAPO)"], ["ratio=0"]),
+    (["ratio=5"], ["or trainer.n=20 where ratio=5 is exact"], ["trainer.n=20", "trainer.mini_batches=5"]),
+    (["ratio=30"], ["which is ratio=25, not 30", "ratio=25 or ratio=37.5"], ["ratio=37.5"]),
+    (["ratio=25", "trainer.n=4", "trainer.mini_batches=2", "seeded=2"], ["seeded", "round(4 x 25 / 100) = 1", "drop it"], ["~seeded"]),
     (["ratio=100", "seeds.adv_group=plain"], ["use seeds.adv_group=all"], ["seeds.adv_group=all"]),
     (["trainer.old_logprobs=engine", "engine.top_p=0.9"], ["use auto or recompute"], ["trainer.old_logprobs=auto"]),
     # settings that cannot take effect (config/idle.py): "set <switch> or drop it", each way
@@ -47,7 +50,9 @@ CASES = [
 
 
 def cfg_job(args: list[str]) -> tuple[int, list[str]]:
-    result = runner.invoke(app, ["train", *args, "--cfg", "job"])
+    """``tsctl train ARGS --cfg job`` (``tsctl ablate`` for ``report.*``, which train does not read): exit code, error lines."""
+    command = "ablate" if any(a.startswith("report.") for a in args) else "train"
+    result = runner.invoke(app, [command, *args, "--cfg", "job"])
     assert "Traceback" not in result.output
     return result.exit_code, [line for line in result.output.splitlines() if line.startswith("error:")]
 

@@ -146,6 +146,7 @@ def test_leaving_the_process_group_waits_for_the_other_ranks_only_on_a_clean_exi
     from tsctl.distributed import world as ranks
 
     calls: list[str] = []
+    monkeypatch.setattr(ranks, "_current", ranks.World(rank=0, size=2, local_rank=0))  # a rank of a torchrun job
     monkeypatch.setattr(ranks.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(ranks.dist, "barrier", lambda: calls.append("barrier"))
     monkeypatch.setattr(ranks.dist, "destroy_process_group", lambda: calls.append("destroy"))

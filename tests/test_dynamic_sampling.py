@@ -32,6 +32,8 @@ class DigitFormatter:
 class MixedOnlyTask:
     """Reward 1 for response "1" on problems whose answer is "mixed", else 0: only those groups vary."""
 
+    answer_marker = None
+
     def reward(self, problem: Problem, text: str) -> float:
         return float(problem.answer == "mixed" and text == "1")
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fakes import vllm as fake_vllm
 from fakes.qwen import save_qwen_folder
@@ -79,11 +79,6 @@ def test_null_settings_follow_the_machine(monkeypatch):
     for cuda, dtype, sleep in ((True, "bfloat16", True), (False, "float32", False)):
         monkeypatch.setattr(vllm_platform, "on_cuda", lambda: cuda)
         assert (vllm_platform.dtype(cfg), vllm_platform.sleep_mode(cfg)) == (dtype, sleep)
-    config = Qwen2Config(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=3)
-    # K and V of 3 layers x 1 head x 32 dims in float32, for 10 sequences of 100 tokens
-    assert vllm_platform.cpu_kv_cache_bytes(config, "float32", 100, 10) == 2 * 3 * 1 * 32 * 4 * 100 * 10
-    monkeypatch.setattr(vllm_platform, "on_cuda", lambda: True)
-    assert vllm_platform.cpu_kv_cache_bytes(config, "bfloat16", 100, 10) is None  # gpu_memory_utilization sizes it
 
 
 def test_prompts_are_prompt_then_prefix_ids():

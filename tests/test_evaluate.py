@@ -35,7 +35,7 @@ from tsctl.tasks.records import DataError
 SMALL = ["eval.k=4", "eval.pass_k=[1,2,4]", "eval.limit=8"]
 RESULT_KEYS = {
     "checkpoint", "checkpoint_path", "step", "benchmark", "task", "problems", "skipped_rows", "too_long_prompts", "k", "greedy_accuracy",
-    "pass@1", "pass@2", "pass@4", "entropy", "mean_length", "truncation_rate", "sampling", "seconds",
+    "pass@1", "pass@2", "pass@4", "entropy", "mean_length", "truncation_rate", "answer_found", "sampling", "seconds",
 }
 
 
@@ -152,6 +152,7 @@ def test_eval_of_the_warmup_model_writes_results_samples_and_a_table(micro: list
     assert result["task"] == "arithmetic" and result["benchmark"] == "heldout"
     for key in ("greedy_accuracy", "pass@1", "pass@2", "pass@4", "truncation_rate"):
         assert 0 <= result[key] <= 1, key
+    assert result["answer_found"] > 0.5 and "states a final answer" not in proc.stderr  # the warmed-up model writes its answer line
     assert result["pass@1"] <= result["pass@2"] <= result["pass@4"]
     assert result["entropy"] > 0 and 0 < result["mean_length"] <= 24
     samples = read_shard(out_dir / "heldout.parquet", "eval").table.to_pylist()

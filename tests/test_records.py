@@ -171,7 +171,8 @@ def test_file_task_from_parquet_with_heldout_file(tmp_path: Path) -> None:
     task = FileTask(cfg, data_seed=0)
     assert [len(task.problems(split)) for split in ("train", "heldout")] == [6, 3]
     problem = task.problems("heldout")[1]
-    assert (problem.id, problem.question, problem.answer, problem.solution) == ("file-heldout-2", "q1", "1/2", None)
+    ask = 'Please reason step by step, and end your response with a line "Answer: <final answer>".'  # the numeric grader's form
+    assert (problem.id, problem.question, problem.answer, problem.solution) == ("file-heldout-2", f"q1\n{ask}", "1/2", None)
     assert task.reward(problem, "Answer: 0.5") == 1.0
 
 

@@ -66,7 +66,7 @@ def test_rows_are_intervals_over_seeds(sweep):
 def test_report_writes_the_section_the_csv_and_the_figures(sweep):
     out = report(sweep, echo=False)
     text = (out / "summary.md").read_text()
-    assert "## Where the gain came from: seeded samples" in text
+    assert "## Seeded samples by source, arm, age and prefix length" in text
     assert "| seeds.selector=bandit | selector arm (windows old) | 1 | 0.464 ± 0.051" in text
     rows = list(csv.DictReader((out / "attribution.csv").open()))
     assert {(r["point"], r["split"], r["value"]) for r in rows} >= {("seeds.selector=bandit", "by_arm", "1"), ("seeds.selector=latest", "by_source", "self")}

@@ -81,10 +81,11 @@ def test_page_assesses_the_claims_with_numbers(results, tmp_path):
     assert "clipped % of prefix minus suffix tokens (11.0x)" in claims
     # (iii) ratio 25 gains 2-3 points on every seed: better by seed
     # by seed: differences 0.02, 0.03, 0.025: mean 0.025, std 0.005, t = 0.025 / (0.005 / sqrt(3)) = 8.660, p = 0.01307 with
-    # 2 degrees of freedom; Holm within claim (iii)'s two comparisons (pass@1 gains exactly half of it, same p): 2 * 0.01307;
+    # 2 degrees of freedom; claim (iii)'s comparisons are the table's, Holm over its two (pass@1 gains exactly half of it,
+    # same p): 2 * 0.01307, the table's verdict;
     # the 95% interval 0.025 -+ 4.3027 * 0.005 / sqrt(3) = [+0.013, +0.037]
     greedy = next(line for line in claims.splitlines() if "ratio=25 vs ratio=0, greedy_accuracy: 0.435 vs 0.410; difference +0.025" in line)
-    assert "[95% CI +0.013, +0.037] (3 seeds), p=0.0131, Holm p=0.0261: **better**; rules out gains > 0.037 or < 0.013, and any loss" in greedy
+    assert "[95% CI +0.013, +0.037] (3 seeds), p=0.0131, Holm p=0.0261 (the comparison table's family): **better**; rules out gains > 0.037 or < 0.013, and any loss" in greedy
     # MDE of 3 seeds at std 0.005: noncentrality 5.6535 solves the power equation, 5.6535 * 0.005 / sqrt(3) = 0.0163
     assert greedy.endswith("MDE 0.016 (80% power, paired t over seeds).")
     # (iv) seeded entropy is higher by (0.004 + 0.0002*seed) * 19.5 over the last 2 steps: +0.0819 on average
@@ -104,7 +105,7 @@ def test_a_sweep_with_only_its_baseline_finished_shows_it_and_waits_for_the_rest
     assert "  - over training: entropy in the last 10% of steps minus the first 10%" in claims  # (i) needs ratio=0 only
     # with seeds 0 and 1 the drop along the position deepens by 0.018 and 0.0216: t = 0.0198 / (0.002546 / sqrt(2)) = 11.0
     # on 1 degree of freedom, p = 1 - 2 * atan(11) / pi = 0.0577, the largest of the claim's four: Holm leaves it so
-    assert "difference -0.0198 [95% CI -0.04267, +0.003071] (n=2), p=0.0577, Holm p=0.0577: **not distinguishable**" in claims
+    assert "difference -0.0198 [95% CI -0.04267, +0.003071] (n=2), p=0.0577, Holm p=0.0577 (the claim's family): **not distinguishable**" in claims
     assert "countdown-ratio, in sum: **partly supported**: 3 of 4 comparison(s) say lower." in claims
     assert claims.count("countdown-ratio, in sum: **pending**: no comparison with an interval yet.") == 3
     assert claims.count("no finished seeded run yet.") == 2 and "no paired comparison yet." in claims
@@ -149,7 +150,7 @@ def test_the_selector_sweep_is_paired_against_latest_with_its_attribution(result
     assert "Paired against seeds.selector=latest:" in section
     # bandit minus latest: +0.1, -0.2, +0.15 points by seed, a spread that straddles 0
     assert "not distinguishable" in section
-    attribution = section.split("### Where the gain came from: seeded samples")[1]
+    attribution = section.split("### Seeded samples by source, arm, age and prefix length")[1]
     # bandit, arm 1: 6 samples on each of steps 3-10 of 8 + 8 + 8 * 8 seeded samples: 48 / 80; advantage 0.1
     assert "| seeds.selector=bandit | selector arm (windows old) | 1 | 0.600 ± 0.000 [0.600, 0.600] | 0.500 ± 0.000 [0.500, 0.500] | 0.100 ± 0.000 [0.100, 0.100] |" in attribution
     assert "| seeds.selector=latest | selector arm (windows old) | 0 | 1.000 ± 0.000 [1.000, 1.000] |" in attribution

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tsctl.io.runs import _git_revision
+from tsctl.io.runs import git_revision
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tsctl"
 
@@ -19,7 +19,7 @@ def git(*args: str) -> str:
 
 
 def test_the_revision_and_dirty_flag_are_this_checkout_s():
-    found = _git_revision()
+    found = git_revision()
     assert found["git_revision"] == git("rev-parse", "HEAD").strip()
     assert found["git_dirty"] is bool(git("status", "--porcelain", "--untracked-files=no").strip())
 
@@ -29,4 +29,4 @@ def test_outside_a_git_checkout_neither_is_known(monkeypatch):
         raise FileNotFoundError("git")
 
     monkeypatch.setattr(subprocess, "run", no_git)
-    assert _git_revision() == {"git_revision": None, "git_dirty": None}
+    assert git_revision() == {"git_revision": None, "git_dirty": None}

@@ -41,6 +41,8 @@ class Formatter:
 class LastTokenTask:
     """Reward 1 when the response ends with token 9."""
 
+    answer_marker = None
+
     def reward(self, problem: Problem, text: str) -> float:
         return 1.0 if text.split()[-1] == "9" else 0.0
 

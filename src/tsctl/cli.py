@@ -11,7 +11,7 @@ from rich.markup import escape
 from typer.core import TyperCommand
 
 from tsctl.config.compose import Composed
-from tsctl.config.errors import ConfigError
+from tsctl.config.errors import ConfigError, EnvSettingError
 from tsctl.io.progress import console
 
 
@@ -33,7 +33,7 @@ def knobs() -> str:
 behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
-[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop),
+[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop, heldout_overlap=error|allow),
 [cyan]engine[/cyan] ({"|".join(ENGINES.names())}: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
 clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong, rollout_correction=none|tis|mis,
 policy_loss={"|".join(POLICY_LOSSES.names())}, adv_estimator={"|".join(ADVANTAGES.names())}), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
@@ -73,11 +73,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tsctl.io.checkpoints import DamagedCheckpoint
     from tsctl.io.runs import RunError
     from tsctl.io.shards import ShardError
+    from tsctl.io.sinks import LoggerError
     from tsctl.models.loading import ModelLoadError
     from tsctl.tasks.records import DataError
     from tsctl.trainer.nonfinite import NonFiniteError
 
-    return (ConfigError, ModelLoadError, RunError, ShardError, DataError, NonFiniteError, WriteError, DamagedCheckpoint, FileNotFoundError)
+    return (ConfigError, EnvSettingError, ModelLoadError, RunError, ShardError, DataError, NonFiniteError, WriteError, DamagedCheckpoint,
+            LoggerError, FileNotFoundError)
 
 
 def _fail(err: BaseException) -> typer.Exit:
@@ -91,7 +93,7 @@ def _guarded(action: Callable[[], object]) -> None:
     exit 2 with one line."""
     from tsctl.io.atomic import write_error, write_problem
     from tsctl.io.os_errors import one_line
-    from tsctl.trainer.stop_signals import Interrupted
+    from tsctl.trainer.stop_signals import Interrupted, StartInterrupted
 
     try:
         action()
@@ -104,6 +106,9 @@ def _guarded(action: Callable[[], object]) -> None:
         # A run's step loop turns Ctrl-C into Interrupted (below); this is Ctrl-C before it or in another command.
         console.print("[yellow]interrupted[/yellow]; rerun the same command (with resume=true if its run folder exists)")
         raise typer.Exit(130) from None
+    except StartInterrupted as stop:  # SIGTERM/SIGINT during a run's start: nothing trained, a new run's folder removed
+        console.print(f"[yellow]interrupted[/yellow] by {escape(str(stop))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(stop.exit_code) from None
     except Interrupted as stop:  # SIGTERM/SIGINT at a step's end: saved and marked, see tsctl.trainer.stop_signals
         from tsctl.distributed.world import from_env
 
@@ -121,18 +126,23 @@ def quote_baseline(overrides: list[str]) -> list[str]:
     ]
 
 
-def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object], idle: bool = True) -> None:
-    """Compose the config, print it if asked, else run ``stage``; user errors exit 2 with one line. ``idle``
-    refuses settings that cannot take effect (:mod:`tsctl.config.idle`; a sweep checks all its points instead)."""
+def _run(command: str, overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object], idle: bool = True) -> None:
+    """Compose ``tsctl COMMAND``'s config, print it if asked, else run ``stage``; user errors exit 2 with one line. ``idle``
+    refuses settings that cannot take effect (:mod:`tsctl.config.idle`; a sweep checks all its points instead); overrides
+    the command would ignore are refused too (:mod:`tsctl.config.overrides`)."""
 
     def action() -> None:
         from tsctl.stages.compose import compose_config  # the packages' registries: imported only to run a command
 
-        composed = compose_config(quote_baseline(overrides or []), idle=idle)
+        composed = compose_config(quote_baseline(overrides or []), idle=idle, command=command)
         if cfg_flag:
             if cfg_flag != "job":
                 raise ConfigError("--cfg", f"unknown value {cfg_flag!r}; use --cfg job")
+            from tsctl.engines.factory import unread_keys
+
             typer.echo(OmegaConf.to_yaml(composed.node))
+            if unread := unread_keys(composed.cfg.engine):
+                typer.echo(f"# engine={composed.cfg.engine.name} does not read {', '.join(unread)}")
             return
         from tsctl.engines.factory import check_runs_here
 
@@ -142,7 +152,11 @@ def _run(overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callabl
     _guarded(action)
 
 
-@app.command(cls=_WithKnobs)
+LOOSE = {"ignore_unknown_options": True}
+"""Options a command does not know reach it as overrides, so that ``--multirun`` is refused in one line that names ``tsctl ablate``."""
+
+
+@app.command(cls=_WithKnobs, context_settings=LOOSE)
 def warmup(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag, rebuild: bool = typer.Option(False, help="Build anew even if a cached model exists.")) -> None:
     """Build the tiny built-in model and warm it up on the task's worked solutions (cached under runs/_models/)."""
 
@@ -152,10 +166,10 @@ def warmup(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
         path, report = run_warmup(c.cfg, rebuild=rebuild)
         console.print(f"model: {path}\nheld-out greedy accuracy: {report['heldout_accuracy']:.3f} on {report['heldout_problems']} problems; warm-up {report['train_seconds']:.0f}s")
 
-    _run(overrides, cfg, stage)
+    _run("warmup", overrides, cfg, stage)
 
 
-@app.command(cls=_WithKnobs)
+@app.command(cls=_WithKnobs, context_settings=LOOSE)
 def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Run the RL loop (DAPO; Thinking Seeds when ratio > 0) into runs/<experiment>/<name>/."""
 
@@ -167,10 +181,10 @@ def train(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
         if from_env().main:  # under torchrun: once, by rank 0
             console.print(f"run complete: {run.path}  (metrics in {run.metrics_file})")
 
-    _run(overrides, cfg, stage)
+    _run("train", overrides, cfg, stage)
 
 
-@app.command(cls=_WithKnobs)
+@app.command(cls=_WithKnobs, context_settings=LOOSE)
 def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Write a seed shard: a behaviour checkpoint's full responses, log-probs and cut points for train's prompts (ratio > 0)."""
 
@@ -179,10 +193,10 @@ def seed(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFla
 
         run_seed(c)
 
-    _run(overrides, cfg, stage)
+    _run("seed", overrides, cfg, stage)
 
 
-@app.command(cls=_WithKnobs)
+@app.command(cls=_WithKnobs, context_settings=LOOSE)
 def rollout(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Continue a seed shard with the current policy, add plain samples, grade them and write a rollout shard."""
 
@@ -191,10 +205,10 @@ def rollout(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = Cfg
 
         run_rollout(c)
 
-    _run(overrides, cfg, stage)
+    _run("rollout", overrides, cfg, stage)
 
 
-@app.command(name="eval", cls=_WithKnobs)
+@app.command(name="eval", cls=_WithKnobs, context_settings=LOOSE)
 def eval_(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Score checkpoints on benchmarks (greedy accuracy, pass@k, entropy, length) into eval/ folders and a table."""
 
@@ -204,16 +218,16 @@ def eval_(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFl
 
         print_results(evaluate(c), console)
 
-    _run(overrides, cfg, stage)
+    _run("eval", overrides, cfg, stage)
 
 
-@app.command(cls=_WithKnobs)
+@app.command(cls=_WithKnobs, context_settings=LOOSE)
 def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgFlag) -> None:
     """Sweep any keys with Hydra multirun (e.g. ratio=0,25,50 seed=1,2,3): one train + final eval per point, then a report.
 
     Points go to runs/<experiment>/sweep-<hash>/<point>/ (or name=<sweep>); rerunning skips completed points and resumes interrupted ones.
 
-    Launchers: sequential by default; hydra/launcher=joblib hydra.launcher.n_jobs=N for parallel points; hydra/launcher=submitit_slurm for Slurm (see src/tsctl/stages/ablate.py).
+    Launchers: sequential by default; hydra/launcher=joblib hydra.launcher.n_jobs=N for parallel points; hydra/launcher=submitit_slurm for Slurm (see src/tsctl/stages/ablate/__init__.py).
     """
 
     def stage(c: Composed) -> None:
@@ -227,7 +241,7 @@ def ablate(overrides: Optional[list[str]] = Overrides, cfg: Optional[str] = CfgF
 
     from tsctl.stages.ablate import first_point
 
-    _run(first_point(overrides or []), cfg, stage, idle=False)
+    _run("ablate", first_point(overrides or []), cfg, stage, idle=False)
 
 
 REPORT_EXAMPLES = """
@@ -257,4 +271,4 @@ def report(
     other = [o for o in overrides or [] if not o.lstrip("+~").startswith("report.")]
     if other:
         raise _fail(ConfigError("overrides", f"tsctl report takes only report.* overrides (got {' '.join(other)}); e.g. report.baseline=ratio=0"))
-    _run(overrides, None, stage)
+    _run("report", overrides, None, stage)

@@ -48,6 +48,7 @@ LLM_KWARGS = {
     "model", "tokenizer", "dtype", "seed", "gpu_memory_utilization", "tensor_parallel_size", "max_model_len",
     "max_num_seqs", "enable_sleep_mode", "enable_prefix_caching", "logprobs_mode", "worker_extension_cls",
     "enforce_eager", "trust_remote_code", "distributed_executor_backend", "data_parallel_size", "kv_cache_memory_bytes",
+    "use_tqdm_on_load",
 }
 """Keyword arguments of ``vllm.LLM`` (named or ``EngineArgs`` fields) the fake understands."""
 

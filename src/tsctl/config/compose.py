@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from tsctl.config.errors import ConfigError
+from tsctl.config.overrides import check_overrides
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 
@@ -45,12 +46,16 @@ def _explain(err: Exception) -> ConfigError:
     return ConfigError(str(key), first)
 
 
-def compose_node(overrides: list[str] | None = None) -> Composed:
+def compose_node(overrides: list[str] | None = None, command: str | None = None) -> Composed:
     """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax); keys and types are checked, values not yet.
+    With ``command`` (``train``, ``eval``, ...), overrides that command would ignore are refused first
+    (:func:`tsctl.config.overrides.check_overrides`).
 
     Raises:
-        ConfigError: unknown key, wrong type or unknown option.
+        ConfigError: unknown key, wrong type or unknown option, or an override the command would ignore.
     """
+    if command is not None:
+        check_overrides(list(overrides or []), command)
     register_schema()
     GlobalHydra.instance().clear()
     try:

@@ -15,3 +15,17 @@ class ConfigError(ValueError):
         super().__init__(f"config error at '{key}': {problem}")
         self.key = key
         self.problem = problem
+
+
+class EnvSettingError(ValueError):
+    """An environment variable that tsctl or a library it calls reads holds a value that is refused.
+
+    Attributes:
+        name: the variable (``WANDB_MODE``).
+        problem: what is wrong and what to do.
+    """
+
+    def __init__(self, name: str, value: str, problem: str) -> None:
+        super().__init__(f"the environment sets {name}={value!r}: {problem}")
+        self.name = name
+        self.problem = problem

@@ -24,14 +24,15 @@ set by a group or preset file on purpose):
 - ``algo.rollout_correction``: ``algo.rollout_correction_cap`` with ``none``: refused.
 - ``algo.kl_coef``: ``algo.ref_placement`` at 0 (no reference model is loaded): refused.
 - ``trainer.nonfinite``: ``trainer.max_nonfinite_skips`` with ``stop``: refused.
-- Left: the ``vllm``-only ``engine.*`` keys with ``engine=hf`` and ``model.tiny``/``model.warmup``
-  with another ``model.path`` (presets set them and a user may switch the engine or model on
-  top); ``task.<name>.*`` of another task (each task's group file sets its own); the
+- Left: the ``vllm``-only ``engine.*`` keys with ``engine=hf`` (``--cfg job`` names them as unread) and
+  ``model.tiny``/``model.warmup`` with another ``model.path`` (presets set them and a user may switch the
+  engine or model on top); ``task.<name>.*`` of another task (each task's group file sets its own); the
   ``trainer.eval_*`` sizes with ``trainer.eval_every=0`` (the final evaluation and ``tsctl eval``
   read them); ``trainer.checkpoint_on_signal`` (read on every signal).
 
 A sweep (``tsctl ablate``) refuses a key only when it is idle at every point
-(:func:`tsctl.stages.ablate.plan`): ``ratio=0,25 refresh=5`` is two runs that differ.
+(:func:`tsctl.stages.ablate.plan.plan`): ``ratio=0,25 refresh=5`` is two runs that differ; two points that
+differ only in settings idle at them (``ratio=0,25 refresh=5,20``: both ``ratio=0`` points) are one run, refused.
 """
 
 from __future__ import annotations

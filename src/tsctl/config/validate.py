@@ -2,7 +2,8 @@
 
 OmegaConf already rejects unknown keys and wrong types while composing; :func:`validate` checks what
 is left (ranges, fixed choices, knobs that must agree), one module of :mod:`tsctl.config.checks` per
-schema module, and raises :class:`ConfigError` naming the key and what is allowed. Names that must
+schema module, and raises :class:`ConfigError` naming the key and what is allowed; first, every number in the
+range of the library that receives it (:mod:`tsctl.config.checks.numbers`). Names that must
 exist in a registry of a higher layer (``algo.loss``, ``truncation``, ``task.name``, ``engine.name``,
 ``seeds.selector``, ``seeds.source``, ...), what those entries declare they need (a task's own
 settings, a seed source's path) and checks that need a package's own logic (how many samples
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsctl.config.checks import model, outputs, rl, task, trainer
+from tsctl.config.checks import model, numbers, outputs, rl, task, trainer
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 
@@ -30,6 +31,7 @@ def _run_place(cfg: TsctlConfig) -> None:
 def validate(cfg: TsctlConfig) -> TsctlConfig:
     """Check every knob of ``cfg``; return it unchanged or raise :class:`ConfigError`."""
     _run_place(cfg)
+    numbers.check(cfg)
     for section in (model, task, rl, trainer, outputs):
         section.check(cfg)
     return cfg

@@ -16,6 +16,8 @@ from typing import Any, Callable, Mapping, TypeVar
 import torch
 import torch.distributed as dist
 
+from tsctl.config.errors import EnvSettingError
+
 T = TypeVar("T")
 
 
@@ -52,11 +54,31 @@ _current = SINGLE
 
 
 def from_env(env: Mapping[str, str] = os.environ) -> World:
-    """The world ``torchrun`` describes in ``env`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); :data:`SINGLE` outside it."""
-    size = int(env.get("WORLD_SIZE", "1"))
+    """The world ``torchrun`` describes in ``env`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); :data:`SINGLE` outside it.
+
+    Raises:
+        EnvSettingError: one of them is not a whole number, or ``RANK`` is missing or outside ``0 .. WORLD_SIZE - 1``.
+    """
+    size = _whole(env, "WORLD_SIZE", "1")
     if size <= 1:
         return SINGLE
-    return World(rank=int(env["RANK"]), size=size, local_rank=int(env.get("LOCAL_RANK", "0")))
+    rank = _whole(env, "RANK", None)
+    if not 0 <= rank < size:
+        raise EnvSettingError("RANK", str(rank), f"outside 0 .. WORLD_SIZE - 1 = {size - 1}; {_TORCHRUN}")
+    return World(rank=rank, size=size, local_rank=_whole(env, "LOCAL_RANK", "0"))
+
+
+_TORCHRUN = "torchrun sets RANK, WORLD_SIZE and LOCAL_RANK: unset them to run one process, or start with torchrun"
+
+
+def _whole(env: Mapping[str, str], name: str, default: str | None) -> int:
+    """The whole number ``env[name]`` (``default`` where unset)."""
+    value = env.get(name, default)
+    if value is None:
+        raise EnvSettingError(name, "", f"unset while WORLD_SIZE={env.get('WORLD_SIZE')!r}; {_TORCHRUN}")
+    if not value.strip().lstrip("-").isdigit():
+        raise EnvSettingError(name, value, f"not a whole number; {_TORCHRUN}")
+    return int(value)
 
 
 def backend(cuda: bool) -> str:
@@ -87,13 +109,17 @@ def stop(clean: bool = True) -> None:
     connections while a peer is still finishing its last collective (the peer then aborts). After an error
     no rank waits: the others may never come, and ``torchrun`` stops them when this one exits. Then the
     actions given to :func:`before_leaving` run.
+
+    Outside ``torchrun`` a process group may still exist: one vLLM engine in the process made its own (a world of
+    one) and leaves it when the engine shuts down at exit; destroying it here would make that shutdown fail.
     """
     global _current
-    if dist.is_initialized() and clean:
+    joined = _current.distributed and dist.is_initialized()
+    if joined and clean:
         dist.barrier()
     while _leaving:
         _leaving.pop()()
-    if dist.is_initialized():
+    if joined and dist.is_initialized():  # a vLLM engine's shutdown above may have left it already
         dist.destroy_process_group()
     _current = SINGLE
 

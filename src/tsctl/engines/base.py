@@ -58,6 +58,20 @@ class Request:
         return min(self.max_new_tokens, params.max_new_tokens)
 
 
+@dataclass(frozen=True)
+class Demand:
+    """What a command will ask of its engine, known before the engine is built (the ``vllm`` engine is sized by it).
+
+    Attributes:
+        context: tokens of the longest request: the longest prompt + ``engine.max_new_tokens`` (+ 1 where a seed
+            prefix may take the whole budget and is continued by one more token); None: unknown.
+        requests: most requests one ``generate`` call sends; None: unknown.
+    """
+
+    context: int | None = None
+    requests: int | None = None
+
+
 @dataclass
 class Completion:
     """What the engine generated for one request.

@@ -37,6 +37,9 @@ prefix cache; :meth:`wake_up` brings the KV cache back. The prefix cache is rese
 weight load, so no cached key or value of older weights is ever reused (also between the
 checkpoints of ``tsctl eval eval.step=all``, which loads each into one engine).
 
+**Logs.** vLLM's own log goes to a file (``log``), and to the console only the warnings and errors a user
+needs; a start-up refusal is one line (:mod:`tsctl.engines.vllm_logs`).
+
 vLLM is imported only when an engine is built, so tsctl works without it. The conversions are plain
 functions so they can be tested without vLLM.
 """
@@ -44,13 +47,15 @@ functions so they can be tested without vLLM.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
 
 from tsctl.config.rng import rank_seed
 from tsctl.distributed.world import World, before_leaving, current
-from tsctl.engines import vllm_platform, vllm_weights
+from tsctl.engines import vllm_logs, vllm_platform, vllm_weights
 from tsctl.engines.base import Completion, Request, SamplingParams
 
 INSTALL_HINT = (
@@ -139,6 +144,11 @@ class VLLMEngine:
         enforce_eager: no ``torch.compile`` or CUDA graphs (fast start, slower decode).
         kv_cache_bytes: the KV cache's size (vLLM's ``kv_cache_memory_bytes``); None: ``gpu_memory_utilization`` sizes it.
         bucket_bytes: most bytes per weight-sync bucket (tensor parallelism only).
+        log: vLLM's own log, opened by :func:`tsctl.engines.vllm_logs.open_log`; None: one opened here in the system's
+            temporary folder.
+
+    Raises:
+        ConfigError: vLLM refused to start (one line; its whole message is in its log).
     """
 
     reports_token_stats = False
@@ -158,13 +168,11 @@ class VLLMEngine:
         enforce_eager: bool = False,
         kv_cache_bytes: int | None = None,
         bucket_bytes: int = vllm_weights.BUCKET_BYTES,
+        log: Path | None = None,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"unknown vLLM dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-        vllm = import_vllm()
-        # In-process engine core: deterministic scheduling, and one worker in this very process at TP=1.
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        self._sampling_params_cls = vllm.SamplingParams
+        self.log = log or vllm_logs.open_log(Path(tempfile.gettempdir()), tied_head=False)
         self.end_ids = tuple(sorted({int(i) for i in end_ids}))
         self.dtype = DTYPES[dtype]
         self.max_model_len = max_model_len
@@ -172,13 +180,22 @@ class VLLMEngine:
         self.sleep_mode = enable_sleep_mode
         self.bucket_bytes = bucket_bytes
         self.state = AWAKE
-        self.llm = vllm.LLM(
+        settings = dict(
             model=model_path, dtype=dtype, seed=engine_seed(seed, current().rank), gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
             enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-            enforce_eager=enforce_eager, worker_extension_cls=WORKER_EXTENSION, **torchrun_settings(tensor_parallel_size, current()),
-            **({} if kv_cache_bytes is None else {"kv_cache_memory_bytes": kv_cache_bytes}),
+            enforce_eager=enforce_eager, worker_extension_cls=WORKER_EXTENSION, use_tqdm_on_load=False,
+            **torchrun_settings(tensor_parallel_size, current()), **({} if kv_cache_bytes is None else {"kv_cache_memory_bytes": kv_cache_bytes}),
         )
+        with vllm_logs.starting(self.log):
+            vllm = import_vllm()
+            # In-process engine core: deterministic scheduling, and one worker in this very process at TP=1.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            self._sampling_params_cls = vllm.SamplingParams
+            try:
+                self.llm = vllm.LLM(**settings)
+            except Exception as err:  # noqa: BLE001 - whatever vLLM refuses at start-up is one line, its whole text in the log
+                raise vllm_logs.refusal(err, self.log) from None
         if current().distributed:  # vLLM tears its groups down at exit, after torchrun's group would be gone
             before_leaving(self.llm.llm_engine.engine_core.shutdown)
 

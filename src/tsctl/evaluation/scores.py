@@ -7,14 +7,16 @@
 - ``entropy`` is the token-mean entropy (nats) of the model's sampling distribution (logits divided by
   ``engine.temperature``, as in training) at each token of the sampled responses: as the engine
   reported it while sampling, or teacher-forced when the engine reports none (vLLM).
-- ``mean_length`` (tokens) and ``truncation_rate`` (share cut at ``engine.max_new_tokens``) are over
-  the sampled responses.
+- ``mean_length`` (tokens), ``truncation_rate`` (share cut at ``engine.max_new_tokens``) and ``answer_found``
+  (share stating a final answer the grader reads, :func:`~tsctl.tasks.grading.answer_found`) are over the sampled
+  responses.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
@@ -26,6 +28,7 @@ from tsctl.models.batch import pack
 from tsctl.models.logprobs import response_logprobs
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
+from tsctl.tasks.grading import answer_found
 
 ENTROPY_CHUNK_TOKENS = 4096
 """Most prompt + response tokens (rows x longest row) in one teacher-forced forward for entropy."""
@@ -50,6 +53,7 @@ def score_suite(
         "entropy": entropy,
         "mean_length": float(sampled.lengths.mean()),
         "truncation_rate": float((~sampled.finished).mean()),
+        "answer_found": float(np.mean([answer_found(text, suite.task.answer_marker) for text in sampled.texts])),
     }
     return metrics, sample_columns(suite, sampled, greedy_scored)
 

@@ -28,6 +28,7 @@ from tsctl.distributed.world import World, all_reduce, current
 from tsctl.engines.base import Completion, Engine, Request, SamplingParams
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem, Task
+from tsctl.tasks.records import DataError
 
 SOLVED = 1.0
 """Smallest reward that counts a response as solving its problem."""
@@ -146,8 +147,14 @@ def final_eval(engine: Engine, formatter: PromptFormatter, task: Task, cfg: Tsct
     ``seed``. ``per_problem`` keeps the problem ids with whether the greedy response solved each
     (``greedy``) and how many of the ``eval.k`` samples did (``sampled``): what ``tsctl report``'s
     paired bootstrap over problems reads.
+
+    Raises:
+        DataError: the task has no held-out problem.
     """
     heldout = list(task.problems("heldout"))
+    if not heldout:
+        raise DataError("the held-out split has no problem to evaluate the final checkpoint on; give the task more problems (a file "
+                        "task holds task.file.heldout_fraction of its rows out, or reads task.file.heldout_path=<file>)")
     e, tr = cfg.engine, cfg.trainer
     greedy_problems = heldout[: cfg.eval.limit or tr.eval_problems]
     sample_problems = heldout[: cfg.eval.limit or tr.eval_samples_problems]

@@ -7,12 +7,14 @@ from typing import Sequence
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
-from tsctl.models.prompt_fit import PromptRoom, fitting
+from tsctl.engines.base import Demand
+from tsctl.models.prompt_fit import PromptRoom, fitting, needed_context
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.benchmarks import BenchmarkTask, load_benchmark, load_benchmark_config
 from tsctl.tasks.records import DataError
 from tsctl.tasks.registry import build_task
+from tsctl.tasks.split_checks import check_task
 
 HELDOUT = "heldout"
 """The benchmark name that stands for the configured task's held-out split."""
@@ -59,6 +61,7 @@ def load_suites(cfg: TsctlConfig) -> list[Suite]:
 def _heldout(cfg: TsctlConfig) -> Suite:
     """The configured task's held-out split (a file task skips bad rows by ``task.file.on_bad_row``)."""
     task = build_task(cfg.task)
+    check_task(task, cfg, scored=0)  # an empty split is refused below, as any benchmark without problems
     problems = list(task.problems("heldout"))[: cfg.eval.limit]
     return Suite(HELDOUT, task, problems, getattr(task, "skipped", 0))
 
@@ -85,3 +88,11 @@ def fit_suites(suites: Sequence[Suite], formatter: PromptFormatter, room: Prompt
         kept = fitting(suite.problems, formatter, room, suite.name)
         fitted.append(replace(suite, problems=kept, too_long=len(suite.problems) - len(kept)))
     return fitted
+
+
+def suites_demand(suites: Sequence[Suite], formatter: PromptFormatter, cfg: TsctlConfig) -> Demand:
+    """What scoring ``suites`` asks of an engine: room for their longest prompt; at most one suite's problems x
+    ``eval.k`` requests at once (its sampled responses; the greedy ones are one per problem)."""
+    problems = [p for suite in suites for p in suite.problems]
+    context = needed_context(problems, formatter, cfg.engine.max_new_tokens, seeded=False)
+    return Demand(context=context, requests=max(len(suite.problems) for suite in suites) * cfg.eval.k)

@@ -2,8 +2,8 @@
 
 Everything written here follows the user's umask (``tempfile`` alone would give 0600 files and
 0700 folders), so a team sharing a machine can read each other's runs. A write that fails because
-the disk is full or the place is not writable raises :class:`WriteError`, one line naming the path
-and the fix; the previous file (or checkpoint folder) is left as it was.
+the disk is full, the place is not writable or the file is too large (``ulimit -f``) raises :class:`WriteError`,
+one line naming the path and the fix; the previous file (or checkpoint folder) is left as it was.
 """
 
 from __future__ import annotations
@@ -25,16 +25,19 @@ FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 DENIED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 """errno values of a place that is not writable."""
 
+TOO_LARGE = frozenset({errno.EFBIG})
+"""errno value of a file past the process's file-size limit (``ulimit -f``) or the file system's largest file."""
+
 _OS_ERROR = re.compile(r"os error (\d+)")
 """How Rust libraries (safetensors, tokenizers) quote an errno in their messages."""
 
 
 class WriteError(OSError):
-    """A write failed because the disk is full or the place is read-only; the message says what to do."""
+    """A write failed because the disk is full, the place is read-only or the file too large; the message says what to do."""
 
 
 def write_problem(err: BaseException) -> int | None:
-    """The errno (in :data:`FULL` or :data:`DENIED`) behind ``err`` or the errors it was raised from, else None.
+    """The errno (in :data:`FULL`, :data:`DENIED` or :data:`TOO_LARGE`) behind ``err`` or the errors it was raised from, else None.
 
     Libraries report a full disk in their own words: safetensors as ``SafetensorError(... (os error 28))``,
     so the messages of the whole chain are read as well as ``OSError.errno``.
@@ -45,7 +48,7 @@ def write_problem(err: BaseException) -> int | None:
         code = err.errno if isinstance(err, OSError) else None
         match = _OS_ERROR.search(str(err))
         code = code if code is not None else (int(match.group(1)) if match else None)
-        if code in FULL or code in DENIED:
+        if code in FULL | DENIED | TOO_LARGE:
             return code
         err = err.__cause__ or err.__context__
     return None
@@ -58,6 +61,12 @@ def write_error(code: int, path: Path | str) -> WriteError:
             f"no space left on {path} (disk or quota full); free space there and rerun (with resume=true for a run: "
             "its last complete checkpoint is intact), or point runs_dir=... at a larger disk"
         )
+    elif code in TOO_LARGE:
+        text = (
+            f"file too large while writing {path}: past this process's file-size limit (`ulimit -f` shows it; the shell's "
+            "`ulimit -f unlimited` lifts it) or the file system's largest file; raise the limit and rerun (with resume=true for "
+            "a run: its last complete checkpoint is intact), or point runs_dir=... at another file system"
+        )
     else:
         text = f"cannot write {path}: {os.strerror(code).lower()}; make it writable (chmod u+w) or point runs_dir=... elsewhere"
     error = WriteError(text)
@@ -67,7 +76,7 @@ def write_error(code: int, path: Path | str) -> WriteError:
 
 @contextlib.contextmanager
 def writing(path: Path | str) -> Iterator[None]:
-    """Turn a full-disk or not-writable failure inside the block into :class:`WriteError` about ``path``."""
+    """Turn a full-disk, not-writable or too-large failure inside the block into :class:`WriteError` about ``path``."""
     try:
         yield
     except WriteError:

@@ -31,8 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.io import atomic
+from tsctl.io.config_diff import config_changes
 from tsctl.io.progress import console
-from tsctl.io.run_lock import RunBusy, RunLock, clean_temp
+from tsctl.io.run_lock import LOCK_FILE, RunBusy, RunLock, clean_temp
 from tsctl.io.step_logs import parse
 
 METRICS_GZ = "metrics.jsonl.gz"
@@ -77,7 +78,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _git_revision() -> dict[str, str | bool | None]:
+def git_revision() -> dict[str, str | bool | None]:
     """The manifest's ``git_revision`` (the commit of the code that runs, None outside a git checkout) and
     ``git_dirty``: True when tracked files differ from that commit (untracked files aside), None when unknown."""
     where = Path(__file__).parent
@@ -105,9 +106,15 @@ class RunDir:
 
     path: Path
     lock: RunLock | None = field(default=None, repr=False, compare=False)
+    made: list[Path] = field(default_factory=list, repr=False, compare=False)
+    """The folders :func:`open_run` created for this run (the run folder and the parents it lacked), deepest first."""
 
-    def close(self) -> None:
-        """Let the run's lock go (if held)."""
+    def close(self, discard: bool = False) -> None:
+        """Let the run's lock go (if held); with ``discard``, first remove the folders :func:`open_run` created for it (a new
+        run whose start failed: nothing of it is worth keeping)."""
+        if discard and self.lock is not None:
+            _remove(self.made)
+            self.made = []
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -193,8 +200,9 @@ def gunzip_metrics(folder: Path) -> bytes:
         raise RunError(f"{path} is damaged ({err}); delete {folder} and train that point again") from None
 
 
-def locate_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
-    """The run folder of ``cfg``, checked against ``cfg.resume``; nothing is written.
+def locate_run(cfg: TsctlConfig, node: DictConfig, command: str, unread: tuple[str, ...] = ()) -> RunDir:
+    """The run folder of ``cfg``, checked against ``cfg.resume``; nothing is written. ``unread``: keys the run does
+    not read (another engine's settings), which a resume may find changed.
 
     Raises:
         RunError: the run exists and resume is off, resume is on and there is no run, or resume is
@@ -208,7 +216,7 @@ def locate_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
                 f"run folder {run.path} already exists; continue it with `tsctl {command} ... resume=true`, "
                 f"or choose another name=... or experiment=..."
             )
-        changes = config_changes(OmegaConf.load(saved), node)
+        changes = config_changes(OmegaConf.load(saved), node, ignored=unread)
         if changes:
             raise RunError(
                 f"resume of {run.path} with a different config: {changes}; rerun with the saved values (see {saved}), "
@@ -222,53 +230,21 @@ def locate_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
     return run
 
 
-PLACE_KEYS = ("runs_dir", "experiment", "name", "resume")
-"""Keys that place a run rather than define it: a run folder moved elsewhere resumes there."""
-
-
-def config_changes(before: DictConfig, after: DictConfig, shown: int = 6) -> str:
-    """The keys whose values differ between two configs, as ``key old -> new`` (:data:`PLACE_KEYS` ignored); empty if none.
-
-    A key that ``before`` lacks and ``after`` holds at its schema default is no change: ``before`` was saved
-    by a tsctl that did not have the key yet, and a new key's default keeps what tsctl did without it.
-    """
-    old, new = (_flatten(OmegaConf.to_container(c, resolve=True)) for c in (before, after))
-    defaults = _flatten(OmegaConf.to_container(OmegaConf.structured(TsctlConfig), resolve=True))
-    keys = [
-        k for k in sorted(set(old) | set(new))
-        if k not in PLACE_KEYS and old.get(k, _ABSENT) != new.get(k, _ABSENT) and not (k not in old and new.get(k) == defaults.get(k))
-    ]
-    text = ", ".join(f"{k} {old.get(k, _ABSENT)} -> {new.get(k, _ABSENT)}" for k in keys[:shown])
-    return text + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
-
-
-_ABSENT = "(absent)"
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, str]:
-    """Nested dicts as ``{"a.b": value as JSON}``."""
-    if not isinstance(data, dict):
-        return {prefix: json.dumps(data)}
-    out: dict[str, str] = {}
-    for key, value in data.items():
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
-def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
-    """Create the run folder for ``cfg``, or reopen it when ``cfg.resume`` is set, and take its lock.
+def open_run(cfg: TsctlConfig, node: DictConfig, command: str, unread: tuple[str, ...] = ()) -> RunDir:
+    """Create the run folder for ``cfg``, or reopen it when ``cfg.resume`` is set, and take its lock (``unread`` as
+    for :func:`locate_run`).
 
     The lock (``.lock``, see :mod:`tsctl.io.run_lock`) is held until :meth:`RunDir.close` or the
     process's end; holding it, temp files a killed process left in the run are deleted. A new run's
     manifest starts as ``running``; a reopened one's is left as it was until the caller, its start
     sound, calls :meth:`RunDir.mark_running`. A folder this call created is removed again if
-    anything here fails.
+    anything here fails, or by ``close(discard=True)`` if the caller's start fails.
 
     Raises:
         RunError: as :func:`locate_run`, or another live process holds the run.
         atomic.WriteError: the runs folder is read-only or the disk is full.
     """
-    run = locate_run(cfg, node, command)
+    run = locate_run(cfg, node, command, unread)
     missing = [p for p in [run.path, *run.path.parents] if not p.exists()]  # deepest first
     created = run.path in missing
     place = next(p for p in [run.path, *run.path.parents] if p.exists())
@@ -285,7 +261,7 @@ def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
             lock = RunLock.acquire(run.path)
         except RunBusy as busy:
             raise RunError(f"run {run.path} is in use by {busy}; wait for it to end (or stop it), then retry") from None
-        locate_run(cfg, node, command)  # again under the lock: another process may have created it meanwhile
+        locate_run(cfg, node, command, unread)  # again under the lock: another process may have created it meanwhile
         removed = clean_temp(run.path) if lock.held else []
         if removed:
             console.print(f"removed {len(removed)} temp file(s) an interrupted process left in {run.path}", highlight=False)
@@ -296,33 +272,50 @@ def open_run(cfg: TsctlConfig, node: DictConfig, command: str) -> RunDir:
                 command=" ".join([command, *sys.argv[2:]]) if len(sys.argv) > 1 else command,
                 created=time.strftime("%Y-%m-%dT%H:%M:%S"),
                 versions=_versions(),
-                **_git_revision(),
+                **git_revision(),
             )
     except BaseException:
         if created:
-            shutil.rmtree(run.path, ignore_errors=True)
-            with contextlib.suppress(OSError):  # the parents this call made, while empty
-                for folder in missing[1:]:
-                    folder.rmdir()
+            _remove(missing)
         if lock is not None:
             lock.release()
         raise
-    run.lock = lock
+    run.lock, run.made = lock, missing if created else []
     return run
 
 
+def _remove(made: list[Path]) -> None:
+    """Remove a run folder this process made (``made[0]``) and the parents it made for it (the rest, deepest first) while empty."""
+    if not made:
+        return
+    shutil.rmtree(made[0], ignore_errors=True)
+    with contextlib.suppress(OSError):
+        for folder in made[1:]:
+            folder.rmdir()
+
+
 @contextlib.contextmanager
-def held(folder: Path, busy: str) -> Iterator[None]:
-    """Hold ``folder``'s lock (:mod:`tsctl.io.run_lock`) for the ``with`` block.
+def held(folder: Path, busy: str, make: bool = False) -> Iterator[None]:
+    """Hold ``folder``'s lock (:mod:`tsctl.io.run_lock`) for the ``with`` block; with ``make``, create the folder first
+    (and remove what this made again if the block fails while the folder holds nothing but the lock).
 
     Raises:
         RunError: another live process holds it; ``busy`` with ``{owner}`` filled in (``pid N on <host>``).
     """
+    made = [p for p in [folder, *folder.parents] if not p.exists()] if make else []  # deepest first
+    if make:
+        with atomic.writing(folder):
+            folder.mkdir(parents=True, exist_ok=True)
     try:
         lock = RunLock.acquire(folder)
     except RunBusy as owner:
+        _remove(made)
         raise RunError(busy.format(owner=owner)) from None
     try:
         yield
+    except BaseException:
+        if made and all(p.name == LOCK_FILE for p in folder.iterdir()):
+            _remove(made)
+        raise
     finally:
         lock.release()

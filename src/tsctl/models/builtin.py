@@ -2,7 +2,8 @@
 
 The cache key covers every setting that changes the weights (architecture, warm-up settings, task),
 so ``tsctl train`` after ``tsctl warmup`` reuses the same folder, and a changed task builds anew.
-Its ``warmup.json`` records the warm-up's loss, time and arithmetic (torch threads and CPU instruction set,
+Its ``warmup.json`` records the warm-up's loss, time, weights' digest (a damaged cache is refused with the fix:
+:func:`check_cache`) and arithmetic (torch threads and CPU instruction set,
 on which the weights can depend beside the key: another thread count rounds differently). The held-out
 score in it comes from the caller's scorer (the warm-up stage's,
 :mod:`tsctl.stages.warmup`), which samples with an engine: models sit below engines.
@@ -17,11 +18,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+from safetensors import safe_open
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.io import arithmetic, atomic
 from tsctl.io.progress import console
+from tsctl.models.loading import ModelLoadError
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
@@ -62,10 +65,15 @@ def base_model_entry(cfg: TsctlConfig, base: str) -> dict[str, str]:
 
 def ensure_builtin(cfg: TsctlConfig, score: Scorer, rebuild: bool = False) -> Path:
     """Return the warmed-up built-in model folder, building it first when missing (or ``rebuild``);
-    ``score`` grades a freshly warmed-up model on ``model.warmup.eval_problems`` held-out problems."""
+    ``score`` grades a freshly warmed-up model on ``model.warmup.eval_problems`` held-out problems.
+
+    Raises:
+        ModelLoadError: the cached model is damaged (:func:`check_cache`).
+    """
     final = builtin_dir(cfg)
     with atomic.file_lock(final.parent / f".{final.name}.lock"):
         if (final / WARMUP_REPORT).is_file() and not rebuild:
+            check_cache(final)
             return final
         atomic.remove_stale(final.parent, f".{final.name}.*.tmp")  # a killed warm-up's staged folder; the lock keeps others out
         console.print(f"building the built-in model for task '{cfg.task.name}' -> {final}")
@@ -74,9 +82,33 @@ def ensure_builtin(cfg: TsctlConfig, score: Scorer, rebuild: bool = False) -> Pa
             report["path"] = str(final)
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+            report["weights_sha256"] = weights_digest(tmp)
             atomic.write_json(tmp / WARMUP_REPORT, report)
     console.print(f"warm-up done in {report['train_seconds']:.0f}s: held-out greedy accuracy {report['heldout_accuracy']:.3f}")
     return final
+
+
+def check_cache(folder: Path) -> None:
+    """Refuse a damaged cached built-in model: weights that differ from the digest its warm-up recorded, or (a cache
+    written before the digest was) that safetensors cannot open.
+
+    Raises:
+        ModelLoadError: naming the folder and the fix (delete it, or ``tsctl warmup --rebuild``).
+    """
+    recorded = json.loads((folder / WARMUP_REPORT).read_text()).get("weights_sha256")
+    why = None
+    if recorded is not None and weights_digest(folder) != recorded:
+        why = f"its weights' digest is not the {recorded} its warm-up recorded"
+    elif recorded is None:
+        for weights in sorted(folder.glob("*.safetensors")) or [folder / "model.safetensors"]:
+            try:
+                safe_open(str(weights), framework="pt").keys()
+            except Exception as err:  # noqa: BLE001 - safetensors raises its own error (and OSError) for a damaged file
+                why = f"{weights.name} cannot be read: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                break
+    if why is not None:
+        raise ModelLoadError(f"the cached built-in model {folder} is damaged ({why}); delete that folder (rm -r {folder}) and rerun, "
+                             "which warms the model up again, or rebuild it with `tsctl warmup --rebuild` and the same overrides")
 
 
 def build_and_warm_up(cfg: TsctlConfig, score: Scorer) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:

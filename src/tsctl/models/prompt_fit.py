@@ -46,6 +46,14 @@ class PromptRoom:
         return None if self.context is None else self.context - self.max_new_tokens - int(self.seeded)
 
 
+def needed_context(problems: Sequence[Problem], formatter: PromptFormatter, max_new_tokens: int, seeded: bool) -> int | None:
+    """Tokens per request that leave every prompt of ``problems`` room for its response: the inverse of
+    :attr:`PromptRoom.longest_prompt` (the longest prompt + ``max_new_tokens``, + 1 when ``seeded``); None without problems."""
+    if not problems:
+        return None
+    return max(len(formatter.prompt_ids(p.question)) for p in problems) + max_new_tokens + int(seeded)
+
+
 def fitting(problems: Sequence[Problem], formatter: PromptFormatter, room: PromptRoom, what: str) -> list[Problem]:
     """The problems whose prompts fit ``room``, in order (all of them when they all fit).
 

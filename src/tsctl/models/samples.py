@@ -30,6 +30,8 @@ class Sample:
         seeded: the sample was assigned a seed (even one cut at 0, with an empty prefix); it counts
             as seeded in advantage statistics (``seeds.adv_group``) and metrics, and its generated
             tokens are SUFFIX. A sample built with a non-empty prefix is always seeded.
+        answer_found: the response states a final answer the task's grader can read, right or wrong
+            (:func:`tsctl.tasks.grading.answer_found`).
     """
 
     group: int
@@ -45,6 +47,7 @@ class Sample:
     reward: float = 0.0
     entropies: list[float] = field(default_factory=list)
     seeded: bool = False
+    answer_found: bool = False
 
     def __post_init__(self) -> None:
         self.seeded = self.seeded or bool(self.prefix_ids)

@@ -40,12 +40,25 @@ def encode_examples(problems: list[Problem], formatter: PromptFormatter, max_len
         if len(ids) <= max_len:
             examples.append(Example(ids=ids, prompt_len=len(prompt)))
     if not examples:
-        raise ConfigError(
-            "model.path",
-            "builtin warms up on the task's worked solutions, but no problem has one that fits the model; "
-            "give a file task its task.file.solution_field=..., or set model.path=<HF model folder>",
-        )
+        raise _none_fits(problems, formatter, max_len)
     return examples
+
+
+LONGEST_SUGGESTED = 4096
+"""The longest ``model.tiny.max_position_embeddings`` a refusal suggests (past it the tiny model's cost is not worth it)."""
+
+
+def _none_fits(problems: list[Problem], formatter: PromptFormatter, max_len: int) -> ConfigError:
+    """Why no problem gives a warm-up example: none has a worked solution, or none fits ``max_len`` tokens (and the fixes)."""
+    solved = [p for p in problems if p.solution is not None]
+    if not solved:
+        return ConfigError("model.path", "builtin warms up on the task's worked solutions, but no problem has one; give a file task its "
+                           "task.file.solution_field=<the field that holds them>, or set model.path=<HF model folder>")
+    shortest = min(len(formatter.prompt_ids(p.question)) + len(formatter.response_ids(p.solution or "")) for p in solved)
+    raise_it = f"raise model.tiny.max_position_embeddings to {shortest} or more, " if shortest <= LONGEST_SUGGESTED else ""
+    return ConfigError("model.tiny.max_position_embeddings", f"builtin warms up on the task's worked solutions, but none of the {len(solved)} "
+                       f"problem(s) with one fits the model's {max_len} tokens (prompt + solution; the shortest takes {shortest}); {raise_it}"
+                       "shorten the solutions (or the questions), or set model.path=<HF model folder>")
 
 
 def collate(batch: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Where the gain came from: per-step statistics of the seeded samples, split four ways.
+"""Seeded samples by source, arm, age and prefix length: per-step statistics of the seeded samples, split four ways.
 
 For every seeded sample of a step (cut-0 seeds included) the record gets, per split value ``v``:
 

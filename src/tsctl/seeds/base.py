@@ -2,9 +2,10 @@
 
 This module is the one reader of the share ``ratio``: :func:`uses_seeds` says whether a run is a
 Thinking Seeds run at all, :func:`seeded_count` how many of a group's ``n`` samples continue a seed.
-A ratio that seeds no sample of a group (``ratio=5`` with ``n=8``: ``round(0.4) = 0``) is refused
-when the config is checked (:func:`tsctl.stages.compose.check`), so every Thinking Seeds run
-seeds at least one sample per group.
+A ratio whose seeded count is not what it says (``ratio=30`` with ``n=8``: ``round(2.4) = 2``, which is
+ratio 25) or that seeds no sample of a group (``ratio=5`` with ``n=8``) is refused when the config is
+checked (:func:`tsctl.stages.compose.check`, with :func:`inexact_ratio`), so every Thinking Seeds run
+seeds at least one sample per group and two ratios of one sweep never run the same experiment.
 
 Refresh windows: with ``refresh = T > 0`` the steps ``w .. w+T-1`` (``w`` a multiple of ``T``) share
 one behaviour policy, the weights at step ``w``; ``refresh=0`` makes the whole run one window.
@@ -13,7 +14,9 @@ A snapshot's *arm* is its age in windows when a window opens (0 = the window's o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from tsctl.config.schema import TsctlConfig
 
@@ -50,6 +53,26 @@ def uses_seeds(cfg: TsctlConfig) -> bool:
 def seeded_count(cfg: TsctlConfig) -> int:
     """Samples per group that continue a seed: ``round(trainer.n * ratio / 100)`` (half to even)."""
     return int(round(cfg.trainer.n * cfg.ratio / 100.0))
+
+
+EXACT_WITHIN = 0.05
+"""How far (in percentage points) a ratio may lie from an exact one, ``100 * k / n``, and still name it (``33.3`` is 1 of 3)."""
+
+
+def inexact_ratio(cfg: TsctlConfig) -> str | None:
+    """Why ``cfg.ratio`` does not seed what it says at ``trainer.n`` (with the nearest exact ratios and a group size at
+    which it is exact), or None when it does: ratio 0, or ``n * ratio / 100`` within :data:`EXACT_WITHIN` of a whole count > 0."""
+    ratio, n = cfg.ratio, cfg.trainer.n
+    count = seeded_count(cfg)
+    if not uses_seeds(cfg) or (count > 0 and abs(ratio - 100 * count / n) <= EXACT_WITHIN):
+        return None
+    said = "so no sample is seeded" if count == 0 else f"which is ratio={100 * count / n:g}, not {ratio:g}"
+    exact = sorted({100 * math.floor(n * ratio / 100) / n, 100 * math.ceil(n * ratio / 100) / n})
+    options = " or ".join(f"ratio={r:g}" + (" (plain DAPO)" if r == 0 else "") for r in exact)
+    group = (Fraction(str(ratio)) / 100).denominator
+    other = f", or trainer.n={group} where ratio={ratio:g} is exact" if group <= 64 else ""
+    return (f"ratio={ratio:g} seeds round({n} x {ratio:g} / 100) = {count} of the trainer.n={n} samples of each group, {said}; "
+            f"use a ratio that is exact at trainer.n={n}: {options}{other}")
 
 
 def window(step: int, refresh: int, steps: int) -> tuple[int, int]:

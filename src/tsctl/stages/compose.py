@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import DictConfig
+
 from tsctl.algo.advantages import ADVANTAGES
 from tsctl.algo.losses import AGGREGATIONS, POLICY_LOSSES
 from tsctl.algo.rollout_correction import CORRECTIONS
@@ -21,7 +23,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.config.ranges import one_of
 from tsctl.config.validate import validate
 from tsctl.engines.factory import ENGINES
-from tsctl.seeds.base import seeded_count, uses_seeds
+from tsctl.seeds.base import inexact_ratio, seeded_count
 from tsctl.seeds.selectors import BANDITS, SELECTORS
 from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import CUT_SCHEDULES, STRATEGIES
@@ -30,15 +32,23 @@ from tsctl.tasks.registry import TASKS
 from tsctl.trainer.denominators import TRACE_LOGPROBS
 
 
-def compose_config(overrides: list[str] | None = None, idle: bool = False) -> Composed:
-    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) and check it (:func:`check`; ``idle``
-    also refuses settings that cannot take effect).
+def compose_config(overrides: list[str] | None = None, idle: bool = False, command: str | None = None) -> Composed:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) and check it (:func:`checked`; ``idle``
+    also refuses settings that cannot take effect, ``command`` overrides that command would ignore).
 
     Raises:
-        ConfigError: unknown key, wrong type, unknown option or name, or a value out of range.
+        ConfigError: unknown key, wrong type, unknown option or name, a value out of range, or an override ignored.
     """
-    composed = compose_node(overrides)
-    return Composed(node=composed.node, cfg=check(composed.cfg, idle))
+    composed = compose_node(overrides, command)
+    return checked(composed.node, composed.cfg, idle)
+
+
+def checked(node: DictConfig, cfg: TsctlConfig, idle: bool = False) -> Composed:
+    """``cfg`` checked (:func:`check`), with the derived ``seeded`` (samples per group that continue a seed) set in it
+    and in ``node``, which a run saves as its config."""
+    cfg = check(cfg, idle)
+    cfg.seeded = node.seeded = seeded_count(cfg)
+    return Composed(node=node, cfg=cfg)
 
 
 def check(cfg: TsctlConfig, idle: bool = False) -> TsctlConfig:
@@ -46,16 +56,15 @@ def check(cfg: TsctlConfig, idle: bool = False) -> TsctlConfig:
     then what needs a package's logic, then (with ``idle``, as a command's own config is) that no
     setting is one that cannot take effect: :mod:`tsctl.config.idle` lists every key whose effect
     depends on another key and what is refused (a sweep's points are checked together instead, by
-    :func:`tsctl.stages.ablate.plan`); return ``cfg`` unchanged or raise :class:`ConfigError`."""
+    :func:`tsctl.stages.ablate.plan.plan`); return ``cfg`` unchanged or raise :class:`ConfigError`."""
     check_names(cfg)
     validate(cfg)
     check_needs(cfg)
-    if uses_seeds(cfg) and seeded_count(cfg) == 0:
-        least = 50 / cfg.trainer.n
-        raise ConfigError(
-            "ratio", f"ratio={cfg.ratio:g} seeds no sample of a group of trainer.n={cfg.trainer.n} (round(n * ratio / 100) = 0); "
-            f"use ratio > {least:g} for one seeded sample per group, or ratio=0 for plain DAPO"
-        )
+    if (inexact := inexact_ratio(cfg)) is not None:
+        raise ConfigError("ratio", inexact)
+    if cfg.seeded is not None and cfg.seeded != seeded_count(cfg):
+        raise ConfigError("seeded", f"{cfg.seeded} is derived from ratio and trainer.n (round({cfg.trainer.n} x {cfg.ratio:g} / 100) = "
+                          f"{seeded_count(cfg)}) and tsctl records it itself; drop it, or set the ratio that seeds {cfg.seeded}")
     if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
     if idle and (errors := idle_settings(cfg)):
@@ -83,6 +92,8 @@ def check_needs(cfg: TsctlConfig) -> None:
     source = SOURCES.needs(s.source)
     if source.path is not None and not s.source_path:
         raise ConfigError("seeds.source_path", f"seeds.source={s.source} needs {source.path}: seeds.source_path=<path>")
+    if source.path_is_file and Path(s.source_path).is_dir():
+        raise ConfigError("seeds.source_path", f"{s.source_path} is a folder; seeds.source={s.source} reads {source.path}: point seeds.source_path at that file")
     if source.path_is_file and not Path(s.source_path).is_file():
         raise ConfigError("seeds.source_path", f"{s.source_path} does not exist or is not a file (seeds.source={s.source} reads {source.path})")
     if SELECTORS.needs(s.selector).pool:
@@ -112,5 +123,8 @@ def check_names(cfg: TsctlConfig) -> None:
     one_of("seeds.source", s.source, SOURCES.names())
     one_of("seeds.trace_logprobs", s.trace_logprobs, TRACE_LOGPROBS)
     for name in cfg.eval.benchmarks:
+        if name != "heldout" and name not in available_benchmarks() and Path(name).is_dir():
+            raise ConfigError("eval.benchmarks", f"{name} is a folder; a benchmark is heldout, a name ({', '.join(available_benchmarks())}) "
+                              "or the path of its YAML file: point eval.benchmarks at that file")
         if name != "heldout" and name not in available_benchmarks() and not Path(name).is_file():
             raise ConfigError("eval.benchmarks", f"unknown benchmark {name!r}; choose heldout, {', '.join(available_benchmarks())} or a YAML path")

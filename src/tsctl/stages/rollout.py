@@ -9,15 +9,17 @@ rollout stream at ``shards.data_step`` through the functions train uses
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
-from tsctl.engines.factory import load_policy
+from tsctl.engines.factory import load_policy, task_demand
 from tsctl.evaluation.targets import resolve_model
 from tsctl.io.progress import console
 from tsctl.io.runs import ROLLOUTS_FILE, SEEDS_FILE, shard_dir
-from tsctl.io.shards import checksum_path, read_shard, write_shard
+from tsctl.io.shard_place import shard_place
+from tsctl.io.shards import read_shard, write_shard
 from tsctl.seeds.base import seeds_from_table
 from tsctl.stages.warmup import base_model_path
 from tsctl.trainer.rewards import sample_advantages
@@ -27,20 +29,25 @@ from tsctl.trainer.rollout_shard import rollout_columns
 
 def rollout(composed: Composed) -> Path:
     """Continue the seed shard with the current policy, add plain samples, grade; returns the rollout shard's path."""
+    out = shard_dir(composed.cfg) / ROLLOUTS_FILE
+    with shard_place(out, composed.cfg.shards.overwrite):  # its folder held: no other writer, no temp file left, no shard replaced unasked
+        return _write_rollouts(composed, out)
+
+
+def _write_rollouts(composed: Composed, out: Path) -> Path:
+    """The seeds of ``seeds.parquet`` beside ``out`` continued, plain samples added, all graded, written to ``out``."""
     cfg = composed.cfg
-    folder = shard_dir(cfg)
-    out = folder / ROLLOUTS_FILE
-    if (out.exists() or checksum_path(out).exists()) and not cfg.shards.overwrite:  # a checksum alone: a write cut short
-        raise ConfigError("shards.overwrite", f"{out} already exists{'' if out.exists() else ' (its checksum file does)'}; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
+    folder = out.parent
     shard = read_shard(folder / SEEDS_FILE, "seed")
     k = int(shard.metadata["seeds_per_prompt"])
     table = shard.table.to_pydict()
     seeds = seeds_from_table(table)
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
-    policy = load_policy(cfg, target.path, target.key)
+    prompt_ids = table["prompt_id"][::k]
+    requests = len(prompt_ids) * cfg.trainer.n
+    policy = load_policy(cfg, target.path, target.key, demand=lambda formatter: replace(task_demand(cfg, formatter), requests=requests))
     task = servable_task(cfg, policy.formatter, policy.engine)
     by_id = {p.id: p for p in task.problems("train")}
-    prompt_ids = table["prompt_id"][::k]
     missing = [pid for pid in prompt_ids if pid not in by_id]
     if missing:
         raise ConfigError(

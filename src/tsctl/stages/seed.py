@@ -9,16 +9,18 @@ use, with train's seed stream), so ``tsctl rollout`` and a train run see the sam
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
 from tsctl.config.rng import Stream, step_seed
-from tsctl.engines.factory import load_policy
+from tsctl.engines.factory import load_policy, task_demand
 from tsctl.evaluation.targets import resolve_model
 from tsctl.io.progress import console
 from tsctl.io.runs import SEEDS_FILE, shard_dir
-from tsctl.io.shards import checksum_path, write_shard
+from tsctl.io.shard_place import shard_place
+from tsctl.io.shards import write_shard
 from tsctl.seeds.base import seeded_count, uses_seeds
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.selectors import SELECTORS
@@ -39,13 +41,18 @@ def seed(composed: Composed) -> Path:
         if elsewhere:
             raise ConfigError(key, f"tsctl seed writes the seeds of shards.checkpoint only; {key}={value} applies to tsctl train")
     out = shard_dir(cfg) / SEEDS_FILE
-    if (out.exists() or checksum_path(out).exists()) and not cfg.shards.overwrite:  # a checksum alone: a write cut short
-        raise ConfigError("shards.overwrite", f"{out} already exists{'' if out.exists() else ' (its checksum file does)'}; pass shards.overwrite=true to replace it or shards.out_dir=... to keep it")
+    with shard_place(out, cfg.shards.overwrite):  # its folder held: no other writer, no temp file left, no shard replaced unasked
+        return _write_seeds(composed, out, k)
+
+
+def _write_seeds(composed: Composed, out: Path, k: int) -> Path:
+    """The behaviour checkpoint's ``k`` seeds for each prompt of the shard's steps, written to ``out``."""
+    cfg = composed.cfg
     target = resolve_model(cfg, cfg.shards.checkpoint, cfg.shards.step, "shards", base_model_path)
-    policy = load_policy(cfg, target.path, target.key)
+    sh, bs = cfg.shards, cfg.trainer.batch_size
+    policy = load_policy(cfg, target.path, target.key, demand=lambda formatter: replace(task_demand(cfg, formatter), requests=sh.steps * bs * k))
     task = servable_task(cfg, policy.formatter, policy.engine)
     problems = task.problems("train")  # as tsctl train has them
-    sh, bs = cfg.shards, cfg.trainer.batch_size
     steps = range(sh.data_step, sh.data_step + sh.steps)
     indices = [i for s in steps for i in step_prompts(cfg.seed, s, bs, len(problems))]
     columns = seed_columns(
@@ -53,7 +60,6 @@ def seed(composed: Composed) -> Path:
         checkpoint=target.path, checkpoint_step=target.step or 0,
         sample_seed=step_seed(cfg.seed, sh.data_step, Stream.SEED_SAMPLING), serve_steps=[s for s in steps for _ in range(bs)],
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_shard(out, "seed", columns, {"seeds_per_prompt": str(k), "first_step": str(sh.data_step)}, overwrite=sh.overwrite)
     mean_cut = sum(columns["cut"]) / len(columns["cut"])
     console.print(f"wrote {len(indices)} prompts x {k} seeds to {out} (mean prefix {mean_cut:.1f} tokens)")

@@ -58,21 +58,24 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 import torch
 
 from tsctl.distributed import world as ranks
+from tsctl.engines.factory import unread_keys
 from tsctl.evaluation.scoring import heldout_metrics
 from tsctl.io import arithmetic, faults
 from tsctl.io.progress import console, make_progress
 from tsctl.io.resume_plan import plan_resume
 from tsctl.io.runs import RunDir, locate_run, open_run
-from tsctl.io.sinks import MetricsSink
+from tsctl.io.sinks import MetricsSink, check_logger
 from tsctl.io.world_segments import with_segment, world_change
 from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
 from tsctl.models.precision import require_fp32_master
+from tsctl.seeds.base import seeded_count
 from tsctl.stages.warmup import base_model_path
 from tsctl.trainer.checkpointing import checkpoint, resume
+from tsctl.trainer.no_answer import NoAnswerWatch
 from tsctl.trainer.nonfinite import NonFiniteError
 from tsctl.trainer.step import run_step, setup
-from tsctl.trainer.stop_signals import Interrupted, StopSignals
+from tsctl.trainer.stop_signals import Interrupted, StartSignals, StopSignals
 
 if TYPE_CHECKING:
     from tsctl.config.compose import Composed
@@ -106,43 +109,52 @@ def train(composed: Composed) -> RunDir:
 
 def _train(composed: Composed, world: ranks.World) -> RunDir:
     cfg, tr = composed.cfg, composed.cfg.trainer
-    located = locate_run(cfg, composed.node, "train")
+    unread = tuple(unread_keys(cfg.engine))  # another engine's settings: a resume may find them changed
+    located = locate_run(cfg, composed.node, "train", unread)
 
     def claim() -> RunDir:
-        return open_run(cfg, composed.node, "train") if world.main else located
+        return open_run(cfg, composed.node, "train", unread) if world.main else located
 
-    # A resume holds the run's lock before it reads where to start: another process may be training it.
-    run = _rank_0_first(claim) if cfg.resume else None
+    check_logger(cfg.logger)  # what would stop wandb, before any run folder
+    run: RunDir | None = None
+    sink: MetricsSink | None = None
     try:
-        plan = plan_resume(located.path, tr.eval_every > 0)
-        faults.hit("resume-planned")
-        device = resolve_device(cfg.model.device)
-        recorded = located.manifest().get("arithmetic") if cfg.resume else None
-        arithmetic.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
-        base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
-        ctx, tokenizer = setup(cfg, str(plan.start[1] if plan.start else base), base, located, world)
-        if ctx.seeds is not None and plan.start:
-            ctx.seeds.check_resume(plan.start[0])
-        if run is None:  # a new run's folder is made once its model and data have loaded
-            run = _rank_0_first(claim)
-        start = 0
-        if plan.start:
-            start = plan.start[0]
-            resume(ctx, plan.start[1])
-        else:
-            torch.manual_seed(cfg.seed)
-        if world.main:
-            kept = plan.apply()  # the step logs as the resume leaves them; damaged lines set aside
-            if cfg.resume:
-                console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
-            started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
-            before = run.manifest() if cfg.resume else {}
-            if (note := world_change(before, start, world.size)) is not None:
-                console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-            run.mark_running(started_step=start, base_model=base_model_entry(cfg, base), **started, **with_segment(before, start, world.size))
+        with StartSignals():  # a signal ends the start as an error does: below, a new run leaves no folder
+            # A resume holds the run's lock before it reads where to start: another process may be training it.
+            run = _rank_0_first(claim) if cfg.resume else None
+            plan = plan_resume(located.path, tr.eval_every > 0)
+            faults.hit("resume-planned")
+            device = resolve_device(cfg.model.device)
+            recorded = located.manifest().get("arithmetic") if cfg.resume else None
+            arithmetic.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
+            base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
+            ctx, tokenizer = setup(cfg, str(plan.start[1] if plan.start else base), base, located, world)
+            if ctx.seeds is not None and plan.start:
+                ctx.seeds.check_resume(plan.start[0])
+            if run is None:  # a new run's folder is made once its model and data have loaded
+                run = _rank_0_first(claim)
+            start = 0
+            if plan.start:
+                start = plan.start[0]
+                resume(ctx, plan.start[1])
+            else:
+                torch.manual_seed(cfg.seed)
+            if world.main:
+                kept = plan.apply()  # the step logs as the resume leaves them; damaged lines set aside
+                if cfg.resume:
+                    console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
+                started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
+                before = run.manifest() if cfg.resume else {}
+                if (note := world_change(before, start, world.size)) is not None:
+                    console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+                sink = MetricsSink(run, cfg.logger, composed.node)
+                run.mark_running(started_step=start, base_model=base_model_entry(cfg, base), **started, seeded=seeded_count(cfg),
+                                 **with_segment(before, start, world.size))
     except BaseException:
-        if run is not None:
-            run.close()  # the manifest stays as it was: this start trained nothing
+        if sink is not None:
+            sink.close()
+        if run is not None:  # this start trained nothing: a resumed run's manifest stays as it was, a new run's folder goes
+            run.close(discard=not cfg.resume)
         raise
     if ctx.seeds is not None and cfg.algo.dynamic_sampling:
         console.print(
@@ -151,7 +163,6 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
             highlight=False,
         )
     ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
-    sink = MetricsSink(run, cfg.logger, composed.node) if world.main else None
     try:
         with make_progress() as progress, StopSignals(tr.steps, tr.checkpoint_on_signal) as signals:
             if start == 0 and tr.eval_every:
@@ -159,8 +170,11 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
                 signals.check(0, 0, lambda: None)  # a signal during the step-0 evaluation: nothing to save yet
             bar = progress.add_task("train", total=tr.steps, completed=start, status="")
             saved = start
+            answers = NoAnswerWatch(cfg, tr.steps - start)
             for step in range(start, tr.steps):
                 record = run_step(step, ctx)
+                if (note := answers.see(record)) is not None and world.main:
+                    console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
                 done = step + 1
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
                     record.update(heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, done))

@@ -16,10 +16,8 @@ from omegaconf import OmegaConf
 
 from tsctl.config.store import conf_dir
 from tsctl.tasks.base import Problem, Split
-from tsctl.tasks.grading import GRADERS, ensure_answer_line, response_reward
+from tsctl.tasks.grading import BOXED_INSTRUCTION, GRADERS, ensure_answer_line, response_reward
 from tsctl.tasks.records import ANSWER_RULES, FORMATS, DataError, Record, map_rows, read_records
-
-DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
 @dataclass
@@ -47,12 +45,18 @@ class BenchmarkConfig:
     """``field``, ``boxed`` (last \\boxed{} of the field), ``after_hashes`` (after the last ####) or ``list_first``."""
     solution_field: Optional[str] = None
     """Field holding a reference solution, when the benchmark has one."""
+    solution_rule: str = "field"
+    """``field`` (the solution is text) or ``list_first`` (a list of reference solutions: the first)."""
     grader: str = "math_verify"
     """``math_verify``, ``numeric`` or ``exact``."""
-    instruction: str = DEFAULT_INSTRUCTION
+    instruction: str = BOXED_INSTRUCTION
     """Text appended to each question on a new line; empty for none."""
     answer_marker: Optional[str] = "Answer:"
     """A response's answer is its last \\boxed{}, else after its last ####, else after this marker."""
+
+
+SOLUTION_RULES = ("field", "list_first")
+"""How a benchmark's solution field is read (``BenchmarkConfig.solution_rule``)."""
 
 
 def available_benchmarks() -> list[str]:
@@ -84,7 +88,7 @@ def load_benchmark_config(name_or_path: str) -> BenchmarkConfig:
 
 def validate_benchmark_config(cfg: BenchmarkConfig) -> None:
     """Raise ValueError naming the first invalid field of a benchmark config."""
-    choices = {"format": FORMATS, "answer_rule": ANSWER_RULES, "grader": GRADERS}
+    choices = {"format": FORMATS, "answer_rule": ANSWER_RULES, "solution_rule": SOLUTION_RULES, "grader": GRADERS}
     for key, allowed in choices.items():
         if getattr(cfg, key) not in allowed:
             raise ValueError(f"benchmark {cfg.name}: {key}={getattr(cfg, key)!r}: choose one of {', '.join(allowed)}")
@@ -129,6 +133,7 @@ def load_benchmark(
         optional=("solution",),
         fix=lambda key: f"set {key}_field in the {cfg.name} benchmark config to the field that holds the {key}",
         skip_key="eval.on_bad_row",
+        first_of=("solution",) if cfg.solution_rule == "list_first" else (),
     )
     if cfg.path is not None:
         records, skipped = read_records(resolve_path(cfg.path), fields, on_bad_row, file_format=cfg.format, **options)

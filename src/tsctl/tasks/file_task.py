@@ -2,7 +2,9 @@
 
 The train split is ``task.file.train_path``; the held-out split is ``task.file.heldout_path`` or,
 without one, a ``heldout_fraction`` of the train file drawn with the task's data seed. Both keep file
-order. Worked solutions that do not state a final answer get an ``"<answer_pattern> <answer>"`` line.
+order. Every question ends with ``task.file.instruction`` on a new line (by default a request for the final
+answer in the form ``task.file.grader`` reads, :func:`instruction`). Worked solutions that do not state a
+final answer get an ``"<answer_pattern> <answer>"`` line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from tsctl.config.errors import ConfigError
 from tsctl.config.ranges import in_range, one_of
 from tsctl.config.schema import FileTaskConfig, TaskConfig
 from tsctl.tasks.base import Problem, Split
-from tsctl.tasks.grading import GRADERS, ensure_answer_line, response_reward
+from tsctl.tasks.grading import GRADERS, answer_instruction, ensure_answer_line, response_reward
 from tsctl.tasks.records import ANSWER_RULES, DataError, Record, read_records
 from tsctl.tasks.registry import TASKS
 
@@ -42,6 +44,7 @@ class FileTask:
         check_config(cfg)
         self.cfg = cfg
         self.answer_marker: str | None = cfg.answer_pattern
+        self.instruction = instruction(cfg)
         self.skipped = 0
         """Bad rows dropped while reading (``on_bad_row=skip``)."""
         train = self._read(cfg.train_path, on_bad_row, "train_path")
@@ -89,9 +92,10 @@ class FileTask:
     def _problem(self, split: str, record: Record) -> Problem:
         values = record.values
         answer = values["answer"] or ""
+        question = values["question"] or ""
         return Problem(
             id=f"file-{split}-{record.line}",
-            question=values["question"] or "",
+            question=f"{question}\n{self.instruction}" if self.instruction else question,
             answer=answer,
             solution=ensure_answer_line(values["solution"], answer, self.answer_marker),
         )
@@ -108,6 +112,11 @@ def _split(records: list[Record], fraction: float, seed: int) -> tuple[list[Reco
     return train, heldout
 
 
+def instruction(cfg: FileTaskConfig) -> str:
+    """``task.file.instruction``, null resolved: the request for the final answer in the form ``task.file.grader`` reads."""
+    return answer_instruction(cfg.grader, cfg.answer_pattern) if cfg.instruction is None else cfg.instruction
+
+
 def check_config(cfg: FileTaskConfig) -> None:
     """Refuse ``task.file`` settings that cannot make a task, in one line naming the key."""
     if not cfg.train_path:
@@ -117,6 +126,6 @@ def check_config(cfg: FileTaskConfig) -> None:
     in_range("task.file.heldout_fraction", cfg.heldout_fraction, 0.0, 0.9)
 
 
-@TASKS.register("file", check=lambda cfg: check_config(cfg.file))
+@TASKS.register("file", check=lambda cfg: check_config(cfg.file), instruction="task.file.instruction")
 def _build(cfg: TaskConfig) -> FileTask:
     return FileTask(cfg.file, cfg.data_seed, on_bad_row=cfg.file.on_bad_row)

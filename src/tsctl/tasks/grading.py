@@ -26,6 +26,15 @@ GRADERS = ("math_verify", "numeric", "exact")
 """Grading modes: symbolic via math-verify (after a normalised string comparison), floats with a
 tolerance, normalised strings."""
 
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+"""The request for a final answer that math benchmarks append to a question (what math-verify reads best)."""
+INSTRUCTIONS = {
+    "math_verify": BOXED_INSTRUCTION,
+    "numeric": 'Please reason step by step, and end your response with a line "{marker} <final answer>".',
+    "exact": 'Please reason step by step, and end your response with a line "{marker} <final answer>".',
+}
+"""Per grader, a request for the final answer in a form :func:`extract_answer` reads (``{marker}``: the answer marker)."""
+
 MAX_ANSWER_CHARS = 1000
 """Extracted answers longer than this score 0 without being compared (real answers are far shorter)."""
 MAX_SYMBOLIC_DEPTH = 30
@@ -112,6 +121,16 @@ def extract_answer(text: str, marker: str | None = "Answer:") -> str | None:
     if hashes is not None:
         return hashes
     return after_last(text, marker) if marker else None
+
+
+def answer_instruction(grader: str, marker: str) -> str:
+    """:data:`INSTRUCTIONS`' request for ``grader``'s form of the final answer, with ``marker`` as its answer marker."""
+    return INSTRUCTIONS[grader].replace("{marker}", marker)
+
+
+def answer_found(text: str, marker: str | None) -> bool:
+    """Whether a response states a final answer :func:`extract_answer` can read (right or wrong)."""
+    return extract_answer(text, marker) is not None
 
 
 def ensure_answer_line(solution: str | None, answer: str, marker: str | None) -> str | None:

@@ -58,6 +58,7 @@ def read_records(
     fix: Callable[[str], str] | None = None,
     skip_key: str | None = "on_bad_row",
     path_key: str | None = None,
+    first_of: Collection[str] = (),
 ) -> tuple[list[Record], int]:
     """Read and map every row of a JSONL or Parquet file.
 
@@ -75,6 +76,8 @@ def read_records(
             ``task.file.on_bad_row``); None where there is none (the rows must be fixed).
         path_key: the setting that names the file, to point at a converted copy (e.g.
             ``task.file.train_path``).
+        first_of: output keys (not ``answer``) whose value may be a non-empty list of texts, read as its first item
+            (a benchmark that stores several reference solutions); every other text field must be text.
 
     Returns:
         ``(records, skipped)``: the good rows in file order and the number of bad rows skipped.
@@ -84,12 +87,15 @@ def read_records(
             a malformed line, a missing field, or an answer the rule cannot find.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a folder, not a data file; point {path_key or 'the setting that names it'} at a JSONL or Parquet file")
     if not path.is_file():
         raise DataError(f"data file not found: {path} (resolved to {path.resolve()})")
     kind = _format_of(path, file_format)
     rows = _jsonl_rows(path, skip_key, path_key) if kind == "jsonl" else _parquet_rows(path)
     unit = "line" if kind == "jsonl" else "row"
-    return map_rows(rows, f"{path} {unit}", fields, on_bad_row, answer_rule=answer_rule, optional=optional, fix=fix, skip_key=skip_key)
+    return map_rows(rows, f"{path} {unit}", fields, on_bad_row, answer_rule=answer_rule, optional=optional, fix=fix, skip_key=skip_key,
+                    field_word="column" if kind == "parquet" else "field", first_of=first_of)
 
 
 def map_rows(
@@ -102,11 +108,13 @@ def map_rows(
     optional: Collection[str] = (),
     fix: Callable[[str], str] | None = None,
     skip_key: str | None = "on_bad_row",
+    field_word: str = "field",
+    first_of: Collection[str] = (),
 ) -> tuple[list[Record], int]:
     """Map ``(number, row)`` pairs (a row is a dict, or a :class:`DataError` for an unreadable line).
 
-    ``where`` prefixes each message's line number (``"data.jsonl line"``); the other arguments are
-    those of :func:`read_records`.
+    ``where`` prefixes each message's line number (``"data.jsonl line"``) and ``field_word`` names a field in it
+    (``column`` for Parquet); the other arguments are those of :func:`read_records`.
     """
     if on_bad_row not in BAD_ROW_POLICIES:
         raise ValueError(f"on_bad_row={on_bad_row!r}: choose one of {', '.join(BAD_ROW_POLICIES)}")
@@ -118,7 +126,7 @@ def map_rows(
         try:
             if isinstance(row, DataError):
                 raise row
-            records.append(Record(number, _map_row(row, fields, answer_rule, optional, fix)))
+            records.append(Record(number, _map_row(row, fields, answer_rule, optional, fix, field_word, first_of)))
         except DataError as error:
             if on_bad_row == "error":
                 skip = f" (or set {skip_key}=skip to skip such rows)" if skip_key else "; fix or remove that row"
@@ -128,17 +136,20 @@ def map_rows(
 
 
 def gold_answer(value: Any, rule: str) -> str:
-    """The gold answer in a field value by an :data:`ANSWER_RULES` rule.
+    """The gold answer in a field value by an :data:`ANSWER_RULES` rule: text, or under ``field`` and in the items of
+    ``list_first`` also a number (``27.0`` reads as ``27``: benchmarks store numeric answers so).
 
     Raises:
-        DataError: when the rule finds no answer in the value.
+        DataError: when the value is of another type, or the rule finds no answer in it.
     """
     if rule == "list_first":
+        if not isinstance(value, (str, list, tuple)):
+            raise DataError(f"holds {kind_of(value)} ({_preview(value)}), expected a list (answer_rule=list_first) or its text")
         items = _as_list(value)
         if not items:
             raise DataError(f"expected a non-empty list (answer_rule=list_first), got {_preview(value)}")
-        return _join_math_groups(as_text(items[0]))
-    text = as_text(value)
+        return _join_math_groups(_answer_text(items[0], rule))
+    text = _answer_text(value, rule) if rule == "field" else as_text(value)
     if rule == "field":
         answer = text.strip()
     elif rule == "boxed":
@@ -153,18 +164,32 @@ def gold_answer(value: Any, rule: str) -> str:
 
 
 def as_text(value: Any) -> str:
-    """A field value as text: strings as is, integral numbers without decimals, a list by its first item."""
+    """A field value that must be text (a question, a solution, a response), as is: nothing else is converted.
+
+    Raises:
+        DataError: naming the value's type and the expected one.
+    """
     if isinstance(value, str):
         return value
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, (list, tuple)) and value:
-        return as_text(value[0])
-    raise DataError(f"expected text, got {_preview(value)}")
+    raise DataError(f"holds {kind_of(value)} ({_preview(value)}), expected text; store it as a string")
+
+
+def _answer_text(value: Any, rule: str) -> str:
+    """An answer that is text or a finite number (integral numbers without decimals)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(int(value)) if float(value).is_integer() else str(value)
+    if isinstance(value, str):
+        return value
+    advice = "; answer_rule=list_first reads a list's first item" if isinstance(value, (list, tuple)) and rule == "field" else ""
+    raise DataError(f"holds {kind_of(value)} ({_preview(value)}), expected text or a number{advice}")
+
+
+def kind_of(value: Any) -> str:
+    """The type of a field value in words (``an integer``, ``a list``, ...)."""
+    kinds = [(bool, "a boolean"), (int, "an integer"), (float, "a float"), ((list, tuple), "a list"), (dict, "an object"), (bytes, "bytes")]
+    if value is None:
+        return "null"
+    return next((word for types, word in kinds if isinstance(value, types)), f"a {type(value).__name__}")
 
 
 def _map_row(
@@ -173,6 +198,8 @@ def _map_row(
     answer_rule: str,
     optional: Collection[str],
     fix: Callable[[str], str] | None,
+    field_word: str,
+    first_of: Collection[str] = (),
 ) -> dict[str, str | None]:
     if not isinstance(row, dict):
         raise DataError(f"expected a JSON object, got {_preview(row)}")
@@ -191,9 +218,14 @@ def _map_row(
                 f"missing field {source!r} (for the {key}); the row has fields {sorted(row)}; {advice}"
             )
         try:
-            values[key] = gold_answer(value, answer_rule) if key == "answer" else as_text(value)
+            if key == "answer":
+                values[key] = gold_answer(value, answer_rule)
+            elif key in first_of and isinstance(value, list):
+                values[key] = as_text(value[0]) if value else as_text(value)
+            else:
+                values[key] = as_text(value)
         except DataError as error:
-            raise DataError(f"field {source!r}: {error}") from None
+            raise DataError(f"{field_word} {source!r}: {error}") from None
     return values
 
 

@@ -12,6 +12,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.seeds.base import Seed, uses_seeds
 from tsctl.tasks.base import Problem, Task
+from tsctl.tasks.grading import answer_found
 from tsctl.tasks.registry import build_task
 from tsctl.tasks.schedule import extra_prompts, step_prompts
 from tsctl.trainer.context import StepContext
@@ -24,10 +25,10 @@ def prompt_room(cfg: TsctlConfig, engine: Engine) -> PromptRoom:
     return PromptRoom(engine.context_length, cfg.engine.max_new_tokens, cfg.task.overlong_prompts, uses_seeds(cfg))
 
 
-def servable_task(cfg: TsctlConfig, formatter: PromptFormatter, engine: Engine) -> FittingTask:
-    """``cfg``'s task with only the problems whose prompts fit :func:`prompt_room` (an error unless
-    ``task.overlong_prompts=drop``): the one list that train, seed, rollout and the final evaluation draw from."""
-    return FittingTask(build_task(cfg.task), formatter, prompt_room(cfg, engine))
+def servable_task(cfg: TsctlConfig, formatter: PromptFormatter, engine: Engine, task: Task | None = None) -> FittingTask:
+    """``cfg``'s task (``task`` when it is built already) with only the problems whose prompts fit :func:`prompt_room` (an
+    error unless ``task.overlong_prompts=drop``): the one list that train, seed, rollout and the final evaluation draw from."""
+    return FittingTask(task or build_task(cfg.task), formatter, prompt_room(cfg, engine))
 
 
 def collect_groups(
@@ -40,7 +41,7 @@ def collect_groups(
     params: SamplingParams,
     first_group: int = 0,
 ) -> list[Sample]:
-    """Sample ``n`` responses for each problem and grade them.
+    """Sample ``n`` responses for each problem and grade them (the reward, and whether a final answer was found).
 
     The first ``len(seeds[i])`` samples of group ``i`` continue those seeds' prefixes (one distinct
     seed each; a seed cut at 0 leaves the prefix empty, but its sample is still ``seeded``); the rest
@@ -76,7 +77,9 @@ def collect_groups(
             sample.seeded = True
             sample.prefix_ids, sample.prefix_logprobs = list(seed.prefix_ids), list(seed.prefix_logprobs)
             sample.behaviour_step, sample.behaviour_checkpoint = seed.behaviour_step, seed.checkpoint
-        sample.reward = task.reward(problems[i], formatter.decode(sample.response_ids))
+        text = formatter.decode(sample.response_ids)
+        sample.reward = task.reward(problems[i], text)
+        sample.answer_found = answer_found(text, task.answer_marker)
         samples.append(sample)
     return samples
 

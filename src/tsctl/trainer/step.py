@@ -26,14 +26,17 @@ from transformers import PreTrainedTokenizerBase
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed import world as ranks
-from tsctl.engines.factory import build_engine
+from tsctl.engines.factory import build_engine, logs_dir
 from tsctl.io import faults
 from tsctl.models.batch import pack
 from tsctl.models.precision import compute_dtype, model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
 from tsctl.seeds.base import uses_seeds
+from tsctl.tasks.registry import build_task
+from tsctl.tasks.split_checks import check_task
 from tsctl.trainer.context import StepContext
+from tsctl.trainer.demand import train_demand
 from tsctl.trainer.nonfinite import NonFiniteGuard
 from tsctl.trainer.optim import load_trainable, make_optimizer
 from tsctl.trainer.parallel import DataParallel, Parallel
@@ -68,8 +71,13 @@ def setup(
     dtype = compute_dtype(cfg, model)
     parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template, model.generation_config)
-    engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype)
-    task = servable_task(cfg, formatter, engine)
+    drawn = build_task(cfg.task)
+    check_task(drawn, cfg, scored=cfg.trainer.eval_problems if cfg.trainer.eval_every else 0)
+    engine = build_engine(
+        cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, path, seed=cfg.seed, compute_dtype=dtype,
+        demand=lambda: train_demand(cfg, drawn, formatter, world), log_dir=logs_dir(cfg),
+    )
+    task = servable_task(cfg, formatter, engine, drawn)
     problems = task.problems("train")
     task.problems("heldout")  # checked now, not at the first evaluation
     optimizer, scheduler = make_optimizer(cfg, model)

@@ -21,6 +21,7 @@ def rollout_metrics(samples: Sequence[Sample], batch: RolloutBatch, entropy: tor
     out = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()),
+        "reward/answer_found": float(np.mean([s.answer_found for s in samples])),
         "accuracy": float((rewards >= 1.0).mean()),
         "zero_variance_groups": float(np.mean([g.std() == 0 for g in per_group])),
         "response_length/mean": float(lengths.mean()),

@@ -1,9 +1,10 @@
 """SIGTERM and SIGINT as a checkpoint: a signalled run stops at the end of its current step.
 
-SIGTERM is how Slurm preempts a job and how ``timeout`` stops one; SIGINT is Ctrl-C. While the step-0
-evaluation and the step loop run (:class:`StopSignals`), the first of either is only noted (during
-the setup before them a signal ends the process as usual: a new run has no folder yet and a resumed
-one's manifest is untouched until its start has loaded): the step under way is finished,
+SIGTERM is how Slurm preempts a job and how ``timeout`` stops one; SIGINT is Ctrl-C. During a run's start,
+before its step-0 evaluation (:class:`StartSignals`), either ends the start at once as an error does
+(:class:`StartInterrupted`): nothing was trained, so a new run's folder is removed and a resumed one's manifest
+stays as it was. While the step-0 evaluation and the step loop run (:class:`StopSignals`), the first of
+either is only noted: the step under way is finished,
 not abandoned, because a finished step is exactly the step an uninterrupted run takes (its samples,
 update and metrics record), whereas an abandoned one would have to be undone. At the step's end the
 run saves a checkpoint of it where its newest is older (``trainer.checkpoint_on_signal``), its
@@ -64,9 +65,52 @@ class Interrupted(BaseException):
         return {"signal": signal.Signals(self.signum).name, "interrupted_step": self.step, "checkpoint_step": self.checkpoint}
 
 
-class StopSignals:
-    """Notes SIGTERM and SIGINT while the ``with`` block runs in the main thread (elsewhere signals keep
-    their handlers); the handlers before it are put back after.
+class StartInterrupted(BaseException):
+    """SIGTERM or SIGINT during a run's start: nothing was trained (a ``BaseException``, as ``KeyboardInterrupt``).
+
+    Attributes:
+        signum: the signal.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"{signal.Signals(signum).name} during the start, before any step: nothing was trained (a new run leaves no "
+                         "folder, a resumed one's manifest is as it was); rerun the same command")
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a process ended by it."""
+        return 128 + self.signum
+
+
+class _Handled:
+    """Calls :meth:`_handle` on SIGTERM and SIGINT while the ``with`` block runs in the main thread (elsewhere signals
+    keep their handlers: only the main thread may set them); the handlers before it are put back after."""
+
+    _before: dict[int, Any]
+
+    def __enter__(self) -> Any:
+        self._before = {s: signal.signal(s, self._handle) for s in CAUGHT} if threading.current_thread() is threading.main_thread() else {}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._before.items():
+            signal.signal(s, handler)
+        self._before = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        raise NotImplementedError
+
+
+class StartSignals(_Handled):
+    """Turns SIGTERM and SIGINT into :class:`StartInterrupted` during a run's start, so that the start's error handling runs."""
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        raise StartInterrupted(signum)
+
+
+class StopSignals(_Handled):
+    """Notes SIGTERM and SIGINT while the step-0 evaluation and the step loop run.
 
     Args:
         steps: the run's last step (a signal during it lets the run complete).
@@ -76,19 +120,8 @@ class StopSignals:
     def __init__(self, steps: int, save_on_signal: bool) -> None:
         self.steps, self.save_on_signal = steps, save_on_signal
         self.noted = 0
-        self._before: dict[int, Any] = {}
 
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
-            self._before = {s: signal.signal(s, self._note) for s in CAUGHT}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self._before.items():
-            signal.signal(s, handler)
-        self._before = {}
-
-    def _note(self, signum: int, frame: FrameType | None) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.noted = self.noted or signum
 
     def check(self, done: int, saved: int, save: Callable[[], None]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.ranges import one_of, positive
+from tsctl.config.ranges import non_negative, one_of, positive
 from tsctl.config.schema import TsctlConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -26,3 +26,5 @@ def check(cfg: TsctlConfig) -> None:
     positive("model.warmup.examples", m.warmup.examples)
     positive("model.warmup.batch_size", m.warmup.batch_size)
     positive("model.warmup.lr", m.warmup.lr)
+    non_negative("model.warmup.weight_decay", m.warmup.weight_decay)
+    non_negative("model.warmup.eval_problems", m.warmup.eval_problems)

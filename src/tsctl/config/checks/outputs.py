@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tsctl.config.checks.task import BAD_ROW
 from tsctl.config.errors import ConfigError
-from tsctl.config.ranges import one_of, positive
+from tsctl.config.ranges import non_negative, one_of, positive
 from tsctl.config.schema import TsctlConfig
 
 LOGGERS = ("console", "wandb")
@@ -12,7 +12,7 @@ WANDB_MODES = ("offline", "online", "disabled")
 
 
 def check(cfg: TsctlConfig) -> None:
-    """``eval.*``, ``report.*`` and ``logger.*``."""
+    """``eval.*``, ``shards.*``, ``report.*`` and ``logger.*``."""
     ev = cfg.eval
     positive("eval.k", ev.k)
     if any(k < 1 or k > ev.k for k in ev.pass_k):
@@ -20,6 +20,8 @@ def check(cfg: TsctlConfig) -> None:
     if ev.limit is not None:
         positive("eval.limit", ev.limit)
     one_of("eval.on_bad_row", ev.on_bad_row, BAD_ROW)
+    non_negative("shards.data_step", cfg.shards.data_step)
+    positive("shards.steps", cfg.shards.steps)
 
     rep = cfg.report
     if not 0 < rep.level < 1:

@@ -7,6 +7,8 @@ from tsctl.config.ranges import one_of, positive
 from tsctl.config.schema import TsctlConfig
 
 OVERLONG_PROMPTS = ("error", "drop")
+HELDOUT_OVERLAP = ("error", "allow")
+"""Values of ``task.heldout_overlap`` (:mod:`tsctl.tasks.split_checks`)."""
 BAD_ROW = ("error", "skip")
 """Values of ``task.file.on_bad_row`` and ``eval.on_bad_row``."""
 
@@ -17,4 +19,5 @@ def check(cfg: TsctlConfig) -> None:
     positive("task.heldout_size", t.heldout_size)
     positive("task.train_size", t.train_size)
     one_of("task.overlong_prompts", t.overlong_prompts, OVERLONG_PROMPTS)
+    one_of("task.heldout_overlap", t.heldout_overlap, HELDOUT_OVERLAP)
     one_of("task.file.on_bad_row", t.file.on_bad_row, BAD_ROW)

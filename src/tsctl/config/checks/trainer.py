@@ -19,8 +19,10 @@ def check(cfg: TsctlConfig) -> None:
         positive(f"trainer.{key}", getattr(tr, key))
     positive("trainer.save_every", tr.save_every)
     positive("trainer.logits_chunk_mib", tr.logits_chunk_mib)
-    for key in ("micro_batch_size", "micro_batch_tokens", "weight_decay", "warmup_steps", "max_grad_norm", "keep_checkpoints", "eval_every"):
+    for key in ("micro_batch_size", "micro_batch_tokens", "weight_decay", "warmup_steps", "max_grad_norm", "keep_checkpoints", "eval_every",
+                "eval_problems", "eval_samples_problems"):
         non_negative(f"trainer.{key}", getattr(tr, key))
+    positive("trainer.eval_samples", tr.eval_samples)
     one_of("trainer.schedule", tr.schedule, LR_SCHEDULES)
     one_of("trainer.nonfinite", tr.nonfinite, NONFINITE)
     non_negative("trainer.max_nonfinite_skips", tr.max_nonfinite_skips)

@@ -33,7 +33,11 @@ class TsctlConfig:
     """Root config of every tsctl command."""
 
     ratio: float = 0.0
-    """Share (%) of each group's samples that continue a behaviour-policy prefix; 0 = plain DAPO."""
+    """Share (%) of each group's samples that continue a behaviour-policy prefix; 0 = plain DAPO. It must be exact at
+    ``trainer.n`` (a whole number of samples: ``ratio=30`` with ``n=8`` is refused, 2 of 8 being ratio 25)."""
+    seeded: Optional[int] = None
+    """Seeded samples per group, ``round(trainer.n * ratio / 100)``: derived from ``ratio`` and ``trainer.n`` and written
+    into every run's config and manifest; leave it unset (a value given must equal it)."""
     truncation: str = "uniform"
     """Truncation strategy for seeds: fixed, uniform, boundary, entropy or schedule."""
     refresh: int = 10

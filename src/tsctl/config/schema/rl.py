@@ -20,22 +20,25 @@ class EngineConfig:
     max_new_tokens: int = 48
     """Longest response, in tokens; longer responses are truncated."""
     batch_size: int = 256
-    """Sequences decoded together: ``hf`` chunks prompts x n to this; ``vllm`` takes it as ``max_num_seqs``."""
+    """Sequences decoded together: ``hf`` chunks prompts x n to this; ``vllm`` takes it as ``max_num_seqs``, capped by
+    the most requests one ``generate`` call of the command sends (on the CPU its KV cache holds that many sequences of
+    ``max_model_len`` tokens; a cache beyond the free memory is refused before anything starts, naming what fits)."""
     gpu_memory_utilization: float = 0.5
     """vllm only: share of GPU memory vLLM may take while awake (weights + KV cache; the trainer needs the rest)."""
     tensor_parallel_size: int = 1
     """vllm only: GPUs the engine's model is split over (weights reach them by CUDA IPC, not through the host)."""
-    dtype: Optional[str] = "bfloat16"
+    dtype: Optional[str] = None
     """vllm only: dtype of vLLM's weights and compute (``bfloat16``, ``float16`` or ``float32``), whatever
-    the trainer's; the trainer's weights are cast to it at every sync. Null (``conf/engine/vllm.yaml``)
-    = ``bfloat16`` on CUDA, ``float32`` on the CPU."""
+    the trainer's; the trainer's weights are cast to it at every sync. Null = ``bfloat16`` on CUDA,
+    ``float32`` on the CPU."""
     max_model_len: Optional[int] = None
-    """vllm only: longest prompt + prefix + response, in tokens (sizes vLLM's KV cache); null = the
-    model's ``max_position_embeddings``. A request that does not fit is refused, never cut short."""
-    enable_sleep_mode: Optional[bool] = True
+    """vllm only: longest prompt + prefix + response, in tokens (sizes vLLM's KV cache); null = what the
+    command needs, its longest prompt + ``max_new_tokens``, within the model's ``max_position_embeddings``.
+    A request that does not fit is refused, never cut short."""
+    enable_sleep_mode: Optional[bool] = None
     """vllm only: discard vLLM's weights and KV cache during the update (sleep level 2) and bring them
-    back after the weight sync, so vLLM and the trainer share one GPU. Null (``conf/engine/vllm.yaml``)
-    = on with CUDA, off on the CPU, where vLLM has no sleep mode (true is refused there)."""
+    back after the weight sync, so vLLM and the trainer share one GPU. Null = on with CUDA, off on the
+    CPU, where vLLM has no sleep mode (true is refused there)."""
     enforce_eager: bool = False
     """vllm only: skip vLLM's ``torch.compile`` and CUDA graphs: the engine starts in seconds instead of
     a minute, and decodes more slowly (tests and short runs)."""

@@ -57,6 +57,11 @@ class FileTaskConfig:
     """How answers are compared: ``exact``, ``numeric`` or ``math_verify``."""
     answer_pattern: str = "Answer:"
     """The final answer is the text after the last occurrence of this marker (or the last \\boxed{})."""
+    instruction: Optional[str] = None
+    """Text appended to each question on a new line, asking for the final answer in a form the grader reads (a
+    model that writes none scores 0 on every response, and ``reward/answer_found`` shows it). Null = by ``grader``:
+    ``math_verify`` asks for it ``within \\boxed{}`` (as the benchmarks do), ``numeric`` and ``exact`` for a last line
+    ``<answer_pattern> <answer>``; ``''`` adds none (questions that already ask, or a model warmed up on the file)."""
 
 
 @dataclass
@@ -76,6 +81,10 @@ class TaskConfig:
     ``max_model_len``, the hf engine's model ``max_position_embeddings``): ``error`` (refuse to start,
     saying how many and the fixes) or ``drop`` (leave such problems out of every split, and say how many).
     Checked before any sampling (:mod:`tsctl.models.prompt_fit`)."""
+    heldout_overlap: str = "error"
+    """A held-out prompt that is also a train prompt (the same question text): ``error`` (refuse to start, saying how
+    many) or ``allow`` (go on, and say how many). Prompts repeated within a split are counted either way
+    (:mod:`tsctl.tasks.split_checks`)."""
     countdown: CountdownConfig = field(default_factory=CountdownConfig)
     """Parameters of the countdown generator."""
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)

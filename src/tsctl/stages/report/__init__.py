@@ -17,7 +17,7 @@ Holm-adjusted within each family (:mod:`~tsctl.stages.report.families`), with th
 (:mod:`~tsctl.stages.report.power`) and their verdicts and bounds put into words by :mod:`~tsctl.stages.report.wording`;
 :mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` and
 :mod:`~tsctl.stages.report.attribution_plots` draw the figures with :mod:`~tsctl.stages.report.figures`,
-:mod:`~tsctl.stages.report.attribution` writes where the gain came from, :mod:`~tsctl.stages.report.claims`
+:mod:`~tsctl.stages.report.attribution` writes the seeded samples by source, arm, age and prefix length, :mod:`~tsctl.stages.report.claims`
 what a ratio sweep says of the method's claims.
 """
 

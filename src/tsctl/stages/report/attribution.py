@@ -91,7 +91,7 @@ def markdown_section(rows: list[AttributionRow], level: float) -> str:
 
     if not rows:
         return ""
-    lines = ["## Where the gain came from: seeded samples", "", "| point | split | value | share of seeded | accuracy | advantage |", "|---|---|---|---|---|---|"]
+    lines = ["## Seeded samples by source, arm, age and prefix length", "", "| point | split | value | share of seeded | accuracy | advantage |", "|---|---|---|---|---|---|"]
     lines += [f"| {r.point.label} | {SPLITS[r.split]} | {r.value} | {fmt(r.share)} | {fmt(r.accuracy)} | {fmt(r.advantage)} |" for r in rows]
     return "\n".join([*lines, "", NOTES.format(level=f"{level:.0%}"), ""]) + "\n"
 

@@ -3,11 +3,13 @@
 A sweep whose only swept key is ``ratio``, with a ``ratio=0`` point and at least one seeded point, is a
 *ratio sweep*; ``tsctl report`` then adds a section saying, claim by claim, what its completed runs
 support. Each claim lists its paired comparisons (:class:`Finding`: by seed; held-out metrics also by
-problem, from :func:`~tsctl.stages.report.compare.compare` against ``ratio=0``). A claim's comparisons are
-one family (:mod:`~tsctl.stages.report.families`): their p-values are Holm-adjusted together, and each line
-gives the interval, the raw and adjusted p, the verdict from the adjusted p, what the interval rules out and
-the minimum detectable effect of the paired t-test over seeds (:mod:`~tsctl.stages.report.wording`,
-:mod:`~tsctl.stages.report.power`). :func:`claim_status` sums up the verdicts:
+problem, from :func:`~tsctl.stages.report.compare.compare` against ``ratio=0``). One comparison has one
+verdict: claim (iii)'s comparisons are rows of the sweep's comparison table and keep that table's
+Holm-adjusted p (the table is their family); the comparisons of claims (i), (ii) and (iv), which the table
+does not make, are one family per claim (:mod:`~tsctl.stages.report.families`), adjusted together. Each
+line gives the interval, the raw and adjusted p and the family, the verdict from the adjusted p, what the
+interval rules out and the minimum detectable effect of the paired t-test over seeds
+(:mod:`~tsctl.stages.report.wording`, :mod:`~tsctl.stages.report.power`). :func:`claim_status` sums up the verdicts:
 
 (i) under plain on-policy training (``ratio=0``) entropy falls over training, and along the response
     position, more so as training goes on. Measured: over training (last 10% of steps against the first
@@ -51,6 +53,8 @@ class Finding:
         higher_is_better: the metric's better direction, None when it has none.
         mde: the minimum detectable effect at 80% power of the paired t-test over seeds.
         spec: the format of the numbers, in the metric's units.
+        table_p: the p-value Holm-adjusted in the comparison table's family, for a comparison the table makes
+            (it keeps that verdict); None for one adjusted within its claim.
     """
 
     lead: str
@@ -59,17 +63,20 @@ class Finding:
     higher_is_better: Optional[bool] = None
     mde: float = math.nan
     spec: str = ".4g"
+    table_p: Optional[float] = None
 
     def written(self, p_holm: float, level: float) -> tuple[str, Optional[str]]:
-        """The finding's line (the verdict in bold) and its verdict, None without an interval."""
+        """The finding's line (the verdict in bold) and its verdict, None without an interval; ``p_holm`` is its p
+        adjusted within its claim, unless it keeps the table's (:attr:`table_p`)."""
         c = self.comparison
         if c is None:
             return self.lead, None
+        p_holm, family = (self.table_p, "the comparison table's family") if self.table_p is not None else (p_holm, "the claim's family")
         said = decide(c.diff.mean, p_holm, 1 - level, self.higher_is_better)
         n = self.spec
         bounds = rules_out(c.diff.low, c.diff.high, self.higher_is_better, n)
         return (f"{self.lead}; difference {c.diff.mean:+{n}} [{level:.0%} CI {c.diff.low:+{n}}, {c.diff.high:+{n}}] ({self.how}), "
-                f"p={c.p_value:.3g}, Holm p={p_holm:.3g}: **{said}**; {bounds}; MDE {self.mde:{n}} (80% power, paired t over seeds)."), said
+                f"p={c.p_value:.3g}, Holm p={p_holm:.3g} ({family}): **{said}**; {bounds}; MDE {self.mde:{n}} (80% power, paired t over seeds)."), said
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,7 @@ def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) ->
             if np.isnan(c.diff.low):
                 lines.append(Finding(f"{lead} ({len(r.seeds)} finished pair(s), too few for an interval)."))
                 continue
-            lines.append(Finding(lead, c, r.how, True, r.mde, ".3f"))
+            lines.append(Finding(lead, c, r.how, True, r.mde, ".3f", r.p_holm))
     return lines or [Finding("no paired comparison yet.")]
 
 
@@ -214,7 +221,9 @@ def assess(points: list[Point], summary: Summary, rows: Optional[list[Row]] = No
     out = []
     for claim in CLAIMS:
         found = claim.comparisons(by_label, rows, summary.level)
-        p_holm = holm([f.comparison.p_value if f.comparison else math.nan for f in found])
+        own = [i for i, f in enumerate(found) if f.table_p is None]  # the claim's own family: what the table does not decide
+        adjusted = dict(zip(own, holm([found[i].comparison.p_value if found[i].comparison else math.nan for i in own])))
+        p_holm = [adjusted.get(i, math.nan) for i in range(len(found))]
         written = [f.written(p, summary.level) for f, p in zip(found, p_holm)]
         out.append((claim, claim_status([said for _, said in written], claim.expected), [text for text, _ in written]))
     return out

@@ -154,28 +154,33 @@ def compare(summary: Summary, baseline: dict[str, str], margin: Optional[float] 
     rows = []
     for point in summary.points:
         base = baseline_of(point, summary.points, baseline)
-        if base is None:
-            continue
-        mine, theirs = _by_seed(point.used), _by_seed(base.used)
-        seeds = sorted(set(mine) & set(theirs), key=str)
-        if not seeds:
-            continue
-        values = {s: final_values(mine[s]) for s in seeds}
-        base_values = {s: final_values(theirs[s]) for s in seeds}
-        for metric in summary.metrics:
-            paired = [s for s in seeds if metric in values[s] and metric in base_values[s]]
-            if not paired:
-                continue
-            a = [values[s][metric] for s in paired]
-            b = [base_values[s][metric] for s in paired]
-            by_seed = paired_difference(a, b, summary.level)
-            by_problem = _per_problem(metric, [mine[s] for s in paired], [theirs[s] for s in paired], summary.level)
-            mde = min_detectable_effect(by_seed.diff.std, by_seed.diff.n, 1 - summary.level)
-            tested = margin if margin is not None and higher_is_better(metric) is not None else None
-            equivalence = equivalence_p(a, b, tested) if tested is not None else None
-            rows.append(Row(point, base, metric, paired, float(np.mean(a)), float(np.mean(b)), by_seed, by_problem, mde,
-                            p_equivalence=equivalence, margin=tested))
+        if base is not None:
+            rows += paired_rows(point, base, summary.metrics, summary.level, margin)
     return adjusted(rows, 1 - summary.level)
+
+
+def paired_rows(point: Point, base: Point, metrics: list[str], level: float = LEVEL, margin: Optional[float] = None) -> list[Row]:
+    """``point`` against ``base`` on each of ``metrics`` both have, paired by seed; not yet adjusted (:func:`adjusted`
+    makes a family of them); empty when the two share no completed seed."""
+    mine, theirs = _by_seed(point.used), _by_seed(base.used)
+    seeds = sorted(set(mine) & set(theirs), key=str)
+    values = {s: final_values(mine[s]) for s in seeds}
+    base_values = {s: final_values(theirs[s]) for s in seeds}
+    rows = []
+    for metric in metrics:
+        paired = [s for s in seeds if metric in values[s] and metric in base_values[s]]
+        if not paired:
+            continue
+        a = [values[s][metric] for s in paired]
+        b = [base_values[s][metric] for s in paired]
+        by_seed = paired_difference(a, b, level)
+        by_problem = _per_problem(metric, [mine[s] for s in paired], [theirs[s] for s in paired], level)
+        mde = min_detectable_effect(by_seed.diff.std, by_seed.diff.n, 1 - level)
+        tested = margin if margin is not None and higher_is_better(metric) is not None else None
+        equivalence = equivalence_p(a, b, tested) if tested is not None else None
+        rows.append(Row(point, base, metric, paired, float(np.mean(a)), float(np.mean(b)), by_seed, by_problem, mde,
+                        p_equivalence=equivalence, margin=tested))
+    return rows
 
 
 def adjusted(rows: list[Row], alpha: float) -> list[Row]:

@@ -4,21 +4,24 @@ Any Hydra sweep syntax over any keys works: ``tsctl ablate ratio=0,25,50 refresh
 (also ``range(...)``, ``glob(...)`` and group choices such as ``truncation=uniform,entropy``).
 A sweep of keys only Thinking Seeds reads (``truncation``, ``refresh``, ``seeds.*``) in which no point
 has ``ratio > 0`` is refused: its points would all be one plain DAPO run. So is any setting that cannot
-take effect at any point (:mod:`tsctl.config.idle`; one that some point reads, as ``refresh=5`` in ``ratio=0,25``, is kept).
-Layout of one sweep::
+take effect at any point (:mod:`tsctl.config.idle`; one that some point reads, as ``refresh=5`` in ``ratio=0,25``, is kept),
+and two points that compose to the same run (:mod:`tsctl.stages.ablate.plan`). Layout of one sweep::
 
     <runs_dir>/<experiment>/<sweep>/             sweep-<hash of the points>, or name=<sweep>
       multirun.yaml                              Hydra's record of the sweep
       <point>/                                   one run folder per point, e.g. ratio=25-seed=1
         config.yaml manifest.json metrics.jsonl checkpoints/ seeds/   as for `tsctl train`
         final_eval.json                          held-out greedy accuracy and pass@k of the final checkpoint
-        .hydra/                                  the point's overrides (Hydra)
+        .hydra/overrides.yaml                    the point's overrides, written when it starts
       report/                                    summary.md, summary.csv and the plots (`tsctl report`)
 
 A point's folder name joins its swept ``key=value`` pairs with ``-``. Running the same sweep again
 (same points, in any order) finds the same folder: completed points are skipped, interrupted or
-failed ones resume from their newest checkpoint. A failing point is recorded as ``failed`` in its
-manifest and the others go on; the summary lists it.
+failed ones resume from their newest checkpoint, each only where what it ran is what this command would
+run; otherwise the sweep is refused before any point starts, naming each changed key
+(:mod:`tsctl.stages.ablate.existing`). A completed point's files are never written again. Without ``name=``
+the first line says whether the sweep starts a new folder and how to add its points to an existing one.
+A failing point is recorded as ``failed`` in its manifest and the others go on; the summary lists it.
 
 One sweep, one ``tsctl ablate`` at a time: the command holds the sweep folder's lock (``.lock``,
 :mod:`tsctl.io.run_lock`) while it trains and reports, and a second one on the same sweep is refused
@@ -42,116 +45,41 @@ Launchers (Hydra plugins; choose with ``hydra/launcher=...``):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from tsctl.config.compose import Composed
-from tsctl.config.errors import ConfigError
+from tsctl.config.overrides import check_overrides
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
 from tsctl.io import arithmetic, atomic, faults
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError, held
-from tsctl.seeds.base import uses_seeds
-from tsctl.stages.compose import check, compose_config, idle_settings
+from tsctl.io.sinks import check_logger
+from tsctl.stages.ablate.existing import announce, refuse_changed
+from tsctl.stages.ablate.plan import (
+    LOCATION_KEYS, LONE_POINT, POINT_SEP, Sweep, expand, first_point, fixed_keys, is_report_override, plan, sweep_name,
+)
+from tsctl.stages.compose import checked, compose_config
 from tsctl.stages.report.points import FINAL_EVAL
 
-LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
-"""Keys that place a sweep rather than define a point: never swept, not part of the sweep's identity."""
+__all__ = [
+    "LOCATION_KEYS", "POINT_SEP", "Sweep", "ablate", "expand", "first_point", "is_done", "is_report_override", "plan", "point_task",
+    "sweep_name",
+]
 
-POINT_SEP = "-"
-"""Joins a point's ``key=value`` pairs in its folder name (no commas: wandb run ids reject them)."""
-
-LONE_POINT = "point"
-"""Folder name of the only point of a sweep that sweeps no key."""
-
-
-@dataclass
-class Sweep:
-    """A planned sweep: where it lives, its points, and the overrides Hydra gets."""
-
-    path: Path
-    points: list[list[str]]
-    swept: list[str]
-    task_overrides: list[str]
-    hydra_overrides: list[str]
-
-
-def _is_hydra(override: str) -> bool:
-    """Overrides of Hydra itself (launcher, sweeper, ...), not of the tsctl config."""
-    return override.lstrip("+~").startswith(("hydra.", "hydra/"))
-
-
-def expand(overrides: list[str]) -> tuple[list[list[str]], list[str]]:
-    """The sweep's points (each a list of ``KEY=VALUE``) and the swept keys, as Hydra's basic sweeper sees them.
-
-    Raises:
-        ConfigError: an override does not parse, or a location key is swept.
-    """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    try:
-        parsed = OverridesParser.create().parse_overrides([o for o in overrides if not _is_hydra(o)])
-        points = BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
-    except HydraException as err:
-        raise ConfigError("overrides", str(err).splitlines()[0]) from None
-    swept = [o.key_or_group for o in parsed if o.is_sweep_override()]
-    for key in swept:
-        if key in LOCATION_KEYS:
-            raise ConfigError(key, "cannot be swept; it places the whole sweep (the folder is <runs_dir>/<experiment>/<name>)")
-    return points, swept
-
-
-def first_point(overrides: list[str]) -> list[str]:
-    """Overrides of the sweep's first point, with the report's (unchanged when they do not parse, so composing reports why)."""
-    report = [o for o in overrides if is_report_override(o)]
-    try:
-        return expand([o for o in overrides if not is_report_override(o)])[0][0] + report
-    except ConfigError:
-        return [o for o in overrides if not _is_hydra(o)]
-
-
-def sweep_name(points: list[list[str]]) -> str:
-    """``sweep-<hash>`` of the set of points (order-free), location keys left out."""
-    keep = sorted(sorted(o for o in p if o.split("=", 1)[0].lstrip("+~") not in LOCATION_KEYS) for p in points)
-    return "sweep-" + hashlib.sha1(json.dumps(keep).encode()).hexdigest()[:8]
-
-
-def plan(overrides: list[str]) -> Sweep:
-    """Expand and validate every point of the sweep and choose its folder.
-
-    Raises:
-        ConfigError: an override is invalid for some point.
-    """
-    points, swept = expand(overrides)
-    configs = [compose_config(point).cfg for point in points]
-    idle = [key for key in swept if key in ("truncation", "refresh") or key.split(".")[0] == "seeds"]
-    if idle and not any(uses_seeds(c) for c in configs):
-        raise ConfigError(
-            idle[0], "is read by Thinking Seeds runs only (ratio > 0) and every point of this sweep has ratio=0, so its points "
-            "would all be the same plain DAPO run; add ratio=25 (or sweep ratio as well)"
-        )
-    idle_everywhere = set.intersection(*({e.key for e in idle_settings(c)} for c in configs))
-    if idle_everywhere:  # a setting idle at some points only (ratio=0,25 refresh=5) changes the others
-        raise next(e for e in idle_settings(configs[0]) if e.key in idle_everywhere)
-    cfg = configs[0]
-    name = cfg.name or sweep_name(points)
-    path = Path(cfg.runs_dir).absolute() / cfg.experiment / name
-    return Sweep(path, points, swept, [o for o in overrides if not _is_hydra(o)], [o for o in overrides if _is_hydra(o)])
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+"""A point's overrides, as Hydra records them (``tsctl report`` labels points by them); written once, when the point starts."""
 
 
 def _quote(text: str) -> str:
@@ -161,7 +89,7 @@ def _quote(text: str) -> str:
 
 def hydra_argv(sweep: Sweep) -> list[str]:
     """Command line of the Hydra multirun: the user's overrides, then where and how to write each point."""
-    fixed = sorted({o.split("=", 1)[0].lstrip("+~") for o in sweep.task_overrides} - set(sweep.swept))
+    fixed = fixed_keys(sweep.task_overrides, sweep.swept)
     subdir = "${hydra.job.override_dirname}" if sweep.swept else LONE_POINT
     return [
         "tsctl-ablate",
@@ -172,6 +100,7 @@ def hydra_argv(sweep: Sweep) -> list[str]:
         f"hydra.sweep.subdir={subdir}",
         f"hydra.job.config.override_dirname.exclude_keys=[{','.join(fixed)}]",
         f"hydra.job.config.override_dirname.item_sep={_quote(POINT_SEP)}",
+        "hydra.output_subdir=null",  # a point's overrides are written by run_point, once: a completed point is never rewritten
         "hydra/job_logging=none",
         "hydra/hydra_logging=none",
     ]
@@ -196,23 +125,27 @@ def launch(sweep: Sweep) -> None:
         hydra_point()
 
 
-def is_report_override(override: str) -> bool:
-    """``report.*`` overrides shape the final report only: they are neither swept nor part of a point."""
-    return override.lstrip("+~").startswith("report.")
-
-
 def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
-    """Plan and run the sweep, then write its report; returns the sweep folder and its failed runs."""
+    """Plan and run the sweep, then write its report; returns the sweep folder and its failed runs.
+
+    Before any point starts, under the sweep's lock, the points its folder holds are checked against this
+    command's (:func:`tsctl.stages.ablate.existing.refuse_changed`).
+    """
     from tsctl.stages.report import find_runs, report
 
+    check_overrides(overrides, "ablate")
     options = compose_config([o for o in overrides if is_report_override(o)]).cfg.report
     sweep = plan([o for o in overrides if not is_report_override(o)])
-    console.print(f"sweep: {len(sweep.points)} point(s) into {sweep.path}", highlight=False)
+    for node in sweep.nodes:
+        check_logger(OmegaConf.to_object(node.logger))  # what would stop wandb, before any folder (it fails each point otherwise)
+    fresh = not sweep.path.is_dir()
     with atomic.writing(sweep.path):
         sweep.path.mkdir(parents=True, exist_ok=True)
     with held(sweep.path, f"sweep {sweep.path} is in use by {{owner}} (another `tsctl ablate` of it); wait for that one to "
               "end (or stop it), then rerun this command: completed points are skipped"):
         faults.hit("sweep-locked")
+        refuse_changed(sweep)
+        console.print(announce(sweep, fresh), highlight=False, soft_wrap=True)
         launch(sweep)
         report(sweep.path, baseline=options.baseline, level=options.level, equivalence_margin=options.equivalence_margin)
     failed = [run.path.name for run in find_runs(sweep.path) if run.status != "completed"]
@@ -244,7 +177,7 @@ def point_config(node: DictConfig, folder: Path) -> Composed:
     node.resume = (folder / "config.yaml").is_file()  # a new point starts; resume=true of nothing is an error
     cfg = OmegaConf.to_object(node)
     assert isinstance(cfg, TsctlConfig)
-    return Composed(node=node, cfg=check(cfg))
+    return checked(node, cfg)
 
 
 def is_done(run: RunDir) -> bool:
@@ -284,6 +217,9 @@ def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
     busy = f"point {folder} is in use by {{owner}}; wait for it to end, then rerun the sweep"
     try:
         composed = point_config(node, folder)
+        if not (folder / OVERRIDES_FILE).is_file():
+            with held(folder, busy):
+                atomic.write_text(folder / OVERRIDES_FILE, OmegaConf.to_yaml(OmegaConf.create(overrides)))
         if run.manifest().get("status") != "completed":
             with _argv(train_argv(overrides, composed.cfg)):
                 train(composed)
@@ -301,7 +237,9 @@ def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
 
 def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
     """The held-out evaluation of the run's final checkpoint (:func:`tsctl.evaluation.scoring.final_eval`)."""
-    from tsctl.engines.factory import load_policy
+    from dataclasses import replace
+
+    from tsctl.engines.factory import load_policy, task_demand
     from tsctl.evaluation.scoring import final_eval as score_final
     from tsctl.io.checkpoints import latest_checkpoint
     from tsctl.trainer.rollout import servable_task
@@ -310,7 +248,9 @@ def final_eval(cfg: TsctlConfig, run: RunDir) -> dict[str, Any]:
     if found is None:
         raise RunError(f"{run.path} has no checkpoint to evaluate")
     step, path = found
-    policy = load_policy(cfg, str(path))
+    tr, limit = cfg.trainer, cfg.eval.limit
+    requests = max(limit or tr.eval_problems, (limit or tr.eval_samples_problems) * cfg.eval.k)  # greedy, then the sampled ones
+    policy = load_policy(cfg, str(path), demand=lambda formatter: replace(task_demand(cfg, formatter), requests=requests))
     return score_final(policy.engine, policy.formatter, servable_task(cfg, policy.formatter, policy.engine), cfg, step)
 
 

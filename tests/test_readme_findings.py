@@ -1,0 +1,52 @@
+"""README's findings are the records': its table of findings and the results page are what ``scripts/results.py``
+writes from the committed records, and README quotes no p-value or verdict outside that table."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from test_results_page import results  # noqa: F401  (the fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The page and README's block, written from a copy of the committed records (the checkout is left alone)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_for_readme", ROOT / "scripts" / "results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    figures = tmp_path_factory.mktemp("results") / "results"
+    shutil.copytree(ROOT / "docs" / "results", figures)
+    module.FIGURES = figures
+    page, block = module.render_all(None)
+    return module, page, block
+
+
+def test_the_results_page_is_what_its_records_write(written):
+    _, page, _ = written
+    assert page == (ROOT / "docs" / "RESULTS.md").read_text(), "docs/RESULTS.md differs from its records: run `python scripts/results.py --render`"
+
+
+def test_readme_s_table_of_findings_is_what_the_records_write(written):
+    module, _, block = written
+    readme = (ROOT / "README.md").read_text()
+    assert module.with_block(readme, block) == readme, "README.md's table of findings differs from the records: run `python scripts/results.py --render`"
+
+
+def test_readme_quotes_no_p_value_or_verdict_outside_its_table_of_findings(written):
+    module, _, _ = written
+    readme = (ROOT / "README.md").read_text()
+    before, rest = readme.split(module.BLOCK_START, 1)
+    outside = before + rest.split(module.BLOCK_END, 1)[1]
+    quoted = re.findall(r"Holm p|\bp ?[=<] ?0\.\d|\*\*(?:better|worse|higher|lower)\*\*", outside)
+    assert quoted == [], f"README quotes {quoted} outside its table of findings"
+
+
+def test_a_readme_without_the_block_s_markers_is_told_where_they_go(results):  # noqa: F811
+    with pytest.raises(ValueError, match="has no block of findings: put the lines"):
+        results.with_block("# tsctl\n", "block")

@@ -1,0 +1,114 @@
+"""``scripts/results.py``'s sections built from arms: the warm-up row, the primary family declared before the runs,
+the exploratory families, one verdict per comparison wherever it is shown, and the pass@k trajectory."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_results_page import results, write_run  # noqa: F401  (the fixture)
+from tsctl.io.run_records import save_record
+
+DIGEST = "d1d1d1d1d1d1"
+RATIO0 = (0.30, 0.32, 0.34)
+"""Held-out pass@8 of the ratio 0 arm by seed; ratio 25 is 0.02, 0.03 and 0.025 higher."""
+RATIO25 = tuple(a + d for a, d in zip(RATIO0, (0.02, 0.03, 0.025)))
+
+
+def arm_run(folder: Path, overrides: list[str], seed: int, pass8: float) -> None:
+    """A finished run of a results sweep that started from the warm-up ``DIGEST``, with held-out pass@8 ``pass8``."""
+    records = [{"step": s, "reward/mean": 0.3, "entropy": 0.2} for s in range(1, 11)]
+    write_run(folder, {"seed": seed, "task": {"name": "countdown"}}, [*overrides, "task=countdown", f"seed={seed}"], records, 0.3)
+    (folder / "final_eval.json").write_text(json.dumps({"greedy_accuracy": 0.3, "pass@1": pass8 / 3, "pass@8": pass8}))
+    manifest = {"status": "completed", "base_model": {"path": "m", "weights_sha256": DIGEST}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def warmup_record(figures: Path, seed: int, pass8: float) -> None:
+    """The warm-up model's score with sampling seed ``seed``, as ``results_scoring.score_warmup`` records it."""
+    folder = figures.parent / "scratch" / f"seed={seed}"
+    write_run(folder, {"seed": seed, "task": {"name": "countdown"}}, [], [], 0.35)
+    (folder / "final_eval.json").write_text(json.dumps({"greedy_accuracy": 0.35, "pass@1": 0.3, "pass@8": pass8}))
+    (folder / "manifest.json").write_text(json.dumps({"status": "completed", "scored": "warm-up", "base_model": {"weights_sha256": DIGEST}}))
+    save_record(folder, figures / "warmup" / f"countdown-{DIGEST}" / f"seed={seed}")
+
+
+@pytest.fixture
+def controls(results, tmp_path):  # noqa: F811
+    """Three seeds of every arm of the controls section: the controls with seeds score as ratio 25, the KL arm as
+    ratio 0; one seed of the dose section's lr 1e-4 arms; the warm-up at pass@8 0.7."""
+    runs = tmp_path / "runs" / "results"
+    for seed in range(3):
+        arm_run(runs / "countdown-collapse-base" / f"ratio=0-seed={seed}", ["ratio=0"], seed, RATIO0[seed])
+        arm_run(runs / "countdown-collapse-base" / f"ratio=25-seed={seed}", ["ratio=25"], seed, RATIO25[seed])
+        for sweep in ("refresh10", "no-prefix-grad", "warmup-seeds"):
+            arm_run(runs / f"countdown-collapse-{sweep}" / f"seed={seed}", [], seed, RATIO25[seed])
+        arm_run(runs / "countdown-collapse-kl" / f"seed={seed}", [], seed, RATIO0[seed])
+        warmup_record(tmp_path / "figures", seed, 0.7)
+    return results.render(tmp_path / "runs")
+
+
+def section_of(page: str, title: str) -> str:
+    return page.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def test_the_controls_section_has_its_warm_up_row_and_decides_only_its_declared_family(controls):
+    section = section_of(controls, "Where plain DAPO degrades")
+    assert "Its primary comparisons, declared before its runs (one Holm family of 9): ratio 25 against ratio 0 on pass@8;" in section
+    assert "| warm-up | 3/3 | 0.350 ± 0.000 [0.350, 0.350] |" in section
+    primary = section.split("The primary comparisons (9 of 9 with runs so far):")[1].split("What each rules out:")[0]
+    assert primary.count("\n| ratio") == 9
+    # ratio 25 minus ratio 0 by seed: 0.02, 0.03, 0.025: t = 8.660 on 2 degrees of freedom, p = 0.01307; so for the three
+    # controls with seeds against ratio 0 and the KL arm against ratio 25 (the same differences, negated); the other four
+    # differ by 0 on every seed (p = 1). Holm over 9: the five equal p-values take 9 x 0.01307 = 0.1176, the rest 1.
+    assert primary.count("| 0.013 |") == 5 and primary.count("| 0.118 | not distinguishable |") == 5
+    assert primary.count("| 1.000 | 1.000 | not distinguishable |") == 0 and primary.count("| 1.000 | not distinguishable |") == 4
+    assert "Exploratory: each arm against the warm-up model it started from" in section
+    # every arm's pass@8 is below the warm-up's 0.7 on every seed: ratio 0 by 0.4, 0.38, 0.36
+    against = section.split("Exploratory: each arm against the warm-up")[1].split("What each rules out:")[0]
+    assert "| ratio 0 | warm-up | held-out pass@8 | 3 | 0.320 | 0.700 | -0.380 |" in against
+
+
+def test_a_comparison_keeps_the_verdict_of_the_family_it_is_primary_in(controls):
+    dose = section_of(controls, "Dose-response")
+    row = next(line for line in dose.splitlines() if line.startswith("| lr 2e-4, ratio 25 | lr 2e-4, ratio 0 |"))
+    assert "| +0.025 [+0.013, +0.037] | 0.118 | not distinguishable | countdown-collapse-controls |" in row
+    # the baseline arm against the warm-up: -0.40, -0.38, -0.36 by seed, std 0.02: -0.38 -+ 4.303 * 0.02 / sqrt(3)
+    assert row.endswith("| -0.380 [-0.430, -0.330] |")
+    assert "The primary comparisons (0 of 2 with runs so far)" not in dose  # no family table without runs
+
+
+def test_trajectory_scores_are_shown_by_step_with_the_warm_up_as_step_0(results, tmp_path):  # noqa: F811
+    runs = tmp_path / "runs" / "results"
+    for seed in range(2):
+        for ratio, values in ((0, RATIO0), (25, RATIO25)):
+            arm_run(runs / "countdown-collapse-base" / f"ratio={ratio}-seed={seed}", [f"ratio={ratio}"], seed, values[seed])
+            folder = tmp_path / "figures" / "countdown-collapse-base" / "trajectory" / f"ratio={ratio}-seed={seed}"
+            folder.mkdir(parents=True)
+            for step, value in ((25, 0.5 + 0.01 * seed), (50, values[seed])):
+                (folder / f"step-{step:06d}.json").write_text(json.dumps({"step": step, "pass@8": value}))
+        warmup_record(tmp_path / "figures", seed, 0.7 + 0.01 * seed)
+    section = section_of(results.render(tmp_path / "runs"), "Where plain DAPO degrades")
+    table = section.split("Every kept checkpoint of the ratio 0, ratio 25 runs")[1]
+    assert "| 0 (warm-up) | 0.705 ± 0.007 [0.641, 0.769] | 0.705 ± 0.007 [0.641, 0.769] |" in table
+    assert "| 25 | 0.505 ± 0.007 [0.441, 0.569] | 0.505 ± 0.007 [0.441, 0.569] |" in table
+    assert "| 50 | 0.310 ± 0.014 [0.183, 0.437] | 0.335 ± 0.021 [0.144, 0.526] |" in table
+    assert (tmp_path / "figures" / "countdown-collapse-controls" / "trajectory_pass8.png").is_file()
+
+
+def test_a_claim_made_of_table_rows_keeps_the_table_s_verdict(results, tmp_path):  # noqa: F811
+    sweep = tmp_path / "runs" / "results" / "countdown-ratio"
+    for seed in range(3):
+        for ratio, gain in ((0, 0.0), (25, (0.02, 0.03, 0.025)[seed])):
+            records = [{"step": s, "entropy": 0.3, "entropy_by_source/plain": 0.3} for s in range(1, 11)]
+            write_run(sweep / f"ratio={ratio}-seed={seed}", {"ratio": ratio, "seed": seed}, [f"ratio={ratio}", f"seed={seed}"],
+                      records, 0.40 + 0.01 * seed + gain)
+    page = results.render(tmp_path / "runs")
+    # the table compares greedy, pass@1 (p = 0.01307 each, as by hand in test_results_page) and the plain samples'
+    # entropy (the same on every seed: p = 1): Holm over its 3 gives 3 x 0.01307 = 0.0392 to both gains, not the
+    # 2 x 0.01307 of the claim's two comparisons alone; the claim says the table's
+    table = section_of(page, "Countdown: off-policy ratio").split("Paired against ratio=0:")[1]
+    assert table.count("| 0.039 | better |") == 2
+    claims = page.split("## The method's claims")[1].split("\n## ")[0]
+    greedy = next(line for line in claims.splitlines() if "greedy_accuracy: 0.435 vs 0.410" in line)
+    assert "p=0.0131, Holm p=0.0392 (the comparison table's family): **better**" in greedy
