@@ -28,6 +28,9 @@ def seed_columns(rows: int = 3) -> dict[str, list]:
         "checkpoint_step": [10 + 2**40] * rows,
         "cut": [n // 2 for n in lengths],
         "finished": [i % 2 == 0 for i in range(rows)],
+        "span": lengths,
+        "behaviour_reward": [float(i % 2) for i in range(rows)],
+        "predicted": [float("nan")] * rows,
     }
 
 

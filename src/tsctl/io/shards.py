@@ -69,7 +69,7 @@ class ShardKind:
 
 SEED = ShardKind(
     name="seed",
-    version=1,
+    version=2,
     schema=pa.schema(
         [
             ("prompt_id", pa.string()),
@@ -81,6 +81,9 @@ SEED = ShardKind(
             ("checkpoint_step", pa.int64()),  # training step of that checkpoint
             ("cut", pa.int32()),  # the seed prefix is response_ids[:cut]
             ("finished", pa.bool_()),  # the response ended with EOS
+            ("span", pa.int32()),  # the longest cut allowed (tokens before EOS, less the answer line when excluded)
+            ("behaviour_reward", pa.float32()),  # the task's grade of the whole behaviour response
+            ("predicted", pa.float32()),  # the seed controller's predicted success of the seeded sample; NaN: not placed by it
         ]
     ),
     aligned=("logprobs", "entropies"),

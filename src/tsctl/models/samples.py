@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 # Token sources, per response token (stored as int8 in batches; named by tsctl.algo.position_metrics.SOURCE_NAMES).
@@ -27,6 +28,8 @@ class Sample:
         reward: the verifier's score of the whole response, in [0, 1].
         entropies: the rollout policy's entropy at each response token (prefix, then
             continuation), shape [S + G], as the engine reported it; empty when it reports none.
+        seed_reward, seed_fraction, seed_predicted: its seed's behaviour response's grade, prefix fraction and the
+            seed controller's predicted success (:class:`tsctl.seeds.base.Seed`); NaN for a plain sample.
         seeded: the sample was assigned a seed (even one cut at 0, with an empty prefix); it counts
             as seeded in advantage statistics (``seeds.adv_group``) and metrics, and its generated
             tokens are SUFFIX. A sample built with a non-empty prefix is always seeded.
@@ -45,6 +48,9 @@ class Sample:
     reward: float = 0.0
     entropies: list[float] = field(default_factory=list)
     seeded: bool = False
+    seed_reward: float = math.nan
+    seed_fraction: float = math.nan
+    seed_predicted: float = math.nan
 
     def __post_init__(self) -> None:
         self.seeded = self.seeded or bool(self.prefix_ids)

@@ -76,6 +76,7 @@ def collect_groups(
             sample.seeded = True
             sample.prefix_ids, sample.prefix_logprobs = list(seed.prefix_ids), list(seed.prefix_logprobs)
             sample.behaviour_step, sample.behaviour_checkpoint = seed.behaviour_step, seed.checkpoint
+            sample.seed_reward, sample.seed_fraction, sample.seed_predicted = seed.behaviour_reward, seed.fraction, seed.predicted
         sample.reward = task.reward(problems[i], formatter.decode(sample.response_ids))
         samples.append(sample)
     return samples
