@@ -28,6 +28,9 @@ def seed_columns(rows: int = 3) -> dict[str, list]:
         "checkpoint_step": [10 + 2**40] * rows,
         "cut": [n // 2 for n in lengths],
         "finished": [i % 2 == 0 for i in range(rows)],
+        "span": lengths,
+        "behaviour_reward": [float(i % 2) for i in range(rows)],
+        "predicted": [None if i % 2 else 0.25 for i in range(rows)],
     }
 
 
@@ -137,11 +140,12 @@ def test_wrong_kind_rejected(tmp_path: Path) -> None:
 
 
 def test_wrong_version_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    future = dataclasses.replace(shards.SEED, version=2)
+    now = shards.SEED.version
+    future = dataclasses.replace(shards.SEED, version=now + 1)
     monkeypatch.setattr(shards, "KINDS", {**shards.KINDS, "seed": future})
     path = write_shard(tmp_path / "s.parquet", "seed", seed_columns())
     monkeypatch.undo()
-    with pytest.raises(ShardError, match=r"schema version 2 where 1 is expected.*re-run `tsctl seed`"):
+    with pytest.raises(ShardError, match=rf"schema version {now + 1} where {now} is expected.*re-run `tsctl seed`"):
         read_shard(path, "seed")
 
 

@@ -27,11 +27,8 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import World, all_reduce, current
 from tsctl.engines.base import Completion, Engine, Request, SamplingParams
 from tsctl.models.prompts import PromptFormatter
-from tsctl.tasks.base import Problem, Task
+from tsctl.tasks.base import SOLVED, Problem, Task
 from tsctl.tasks.records import DataError
-
-SOLVED = 1.0
-"""Smallest reward that counts a response as solving its problem."""
 
 
 @dataclass

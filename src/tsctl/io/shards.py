@@ -58,6 +58,7 @@ class ShardKind:
         schema: column names and types, in order.
         aligned: list columns whose length must equal ``response_ids``'s in every row.
         producer: the command that writes this kind (named in error messages as the fix).
+        nullable: columns whose rows may hold null (no value); every other column holds a value in every row.
     """
 
     name: str
@@ -65,11 +66,12 @@ class ShardKind:
     schema: pa.Schema
     aligned: tuple[str, ...]
     producer: str
+    nullable: tuple[str, ...] = ()
 
 
 SEED = ShardKind(
     name="seed",
-    version=1,
+    version=2,
     schema=pa.schema(
         [
             ("prompt_id", pa.string()),
@@ -81,10 +83,14 @@ SEED = ShardKind(
             ("checkpoint_step", pa.int64()),  # training step of that checkpoint
             ("cut", pa.int32()),  # the seed prefix is response_ids[:cut]
             ("finished", pa.bool_()),  # the response ended with EOS
+            ("span", pa.int32()),  # the longest cut allowed (tokens before EOS, less the answer line when excluded)
+            ("behaviour_reward", pa.float32()),  # the task's grade of the whole behaviour response
+            ("predicted", pa.float32()),  # the seed controller's predicted success of the seeded sample; null: not placed by it
         ]
     ),
     aligned=("logprobs", "entropies"),
     producer="tsctl seed",
+    nullable=("predicted",),
 )
 
 ROLLOUT = ShardKind(
@@ -255,7 +261,7 @@ def _build_table(spec: ShardKind, columns: Mapping[str, Any], metadata: dict[str
         nulls = array.null_count
         if pa.types.is_list(field.type):
             nulls += pc.list_flatten(array).null_count
-        if nulls:
+        if nulls and field.name not in spec.nullable:
             raise ValueError(f"{spec.name} shard column {field.name!r} contains {nulls} null value(s)")
         arrays.append(array)
     if len({len(a) for a in arrays}) > 1:

@@ -27,6 +27,8 @@ class Sample:
         reward: the verifier's score of the whole response, in [0, 1].
         entropies: the rollout policy's entropy at each response token (prefix, then
             continuation), shape [S + G], as the engine reported it; empty when it reports none.
+        seed_reward, seed_fraction, seed_predicted: its seed's behaviour response's grade, prefix fraction and the
+            seed controller's predicted success (:class:`tsctl.seeds.base.Seed`); None where unknown and for a plain sample.
         seeded: the sample was assigned a seed (even one cut at 0, with an empty prefix); it counts
             as seeded in advantage statistics (``seeds.adv_group``) and metrics, and its generated
             tokens are SUFFIX. A sample built with a non-empty prefix is always seeded.
@@ -48,6 +50,9 @@ class Sample:
     entropies: list[float] = field(default_factory=list)
     seeded: bool = False
     answer_found: bool = False
+    seed_reward: float | None = None
+    seed_fraction: float | None = None
+    seed_predicted: float | None = None
 
     def __post_init__(self) -> None:
         self.seeded = self.seeded or bool(self.prefix_ids)

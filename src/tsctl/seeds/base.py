@@ -29,19 +29,28 @@ class Seed:
         prefix_logprobs: pi_b log-probs of ``prefix_ids``, shape [S] (NaN where pi_b is unknown).
         behaviour_step: training step of the pi_b checkpoint.
         checkpoint: the pi_b checkpoint (``step-N``, a folder, ``model:<path>`` or ``traces:<path>``).
+        behaviour_reward: the task's grade of the whole behaviour response (None when not graded).
+        fraction: the prefix's share of the longest cut allowed, ``cut / span`` (None for an empty span).
+        predicted: the seed controller's predicted success of the seeded sample (None when it did not place the seed).
     """
 
     prefix_ids: list[int]
     prefix_logprobs: list[float]
     behaviour_step: int
     checkpoint: str
+    behaviour_reward: float | None = None
+    fraction: float | None = None
+    predicted: float | None = None
 
 
 def seeds_from_table(table: dict[str, list]) -> list[Seed]:
     """One :class:`Seed` per row of a seed shard (``read_shard(...).table.to_pydict()``): the cut prefix."""
+    rows = zip(table["response_ids"], table["logprobs"], table["cut"], table["checkpoint_step"], table["checkpoint"],
+               table["span"], table["behaviour_reward"], table["predicted"])
     return [
-        Seed(prefix_ids=ids[:cut], prefix_logprobs=lps[:cut], behaviour_step=step, checkpoint=ckpt)
-        for ids, lps, cut, step, ckpt in zip(table["response_ids"], table["logprobs"], table["cut"], table["checkpoint_step"], table["checkpoint"])
+        Seed(prefix_ids=ids[:cut], prefix_logprobs=lps[:cut], behaviour_step=step, checkpoint=ckpt, behaviour_reward=reward,
+             fraction=cut / span if span else None, predicted=predicted)
+        for ids, lps, cut, step, ckpt, span, reward, predicted in rows
     ]
 
 

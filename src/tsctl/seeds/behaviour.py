@@ -14,6 +14,10 @@ written, and what it tells about each step's advantages.
   rewards in ``seeds/pool/arms.jsonl`` (:mod:`tsctl.seeds.arm_log`), so a resumed run makes the same
   choices; one declaring ``probes`` gets each snapshot's probe surprisal.
 - ``seeds.source=model`` or ``traces``: :mod:`tsctl.seeds.sources`.
+
+With ``truncation=target_pass`` the seed controller (:mod:`tsctl.seeds.controller`) then places each prompt's
+seeds among its graded behaviour responses, from what it measured of earlier steps (``seeds/controller.jsonl``),
+and rank 0 writes every seed of a window.
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ from tsctl.models.samples import Sample
 from tsctl.seeds.arm_log import ArmLog
 from tsctl.seeds.attribution import arm_rewards, attribution_metrics
 from tsctl.seeds.base import arm_of
+from tsctl.seeds.controller import Controller, controller_metrics
 from tsctl.seeds.generate import seed_columns
 from tsctl.seeds.pool import SNAPSHOT_FILE, BehaviourPool, Snapshot, probe_problems, probe_surprisal
 from tsctl.seeds.selectors import SELECTORS, ArmStats, select
 from tsctl.seeds.sources import SOURCES, TraceSource, external_source
+from tsctl.seeds.truncation import STRATEGIES
 from tsctl.tasks.base import Problem, Task
 
 
@@ -58,18 +64,28 @@ class WindowWriter:
         note = self.external.coverage(problems) if isinstance(self.external, TraceSource) else None
         if note is not None and current().main:
             console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-        self.splits = self.external is None and self.pool is None
-        """Whether a window's prompts may be split among ranks (the live weights write every seed)."""
+        self.controller = Controller(folder / "controller.jsonl", cfg) if STRATEGIES.needs(cfg.truncation).controller else None
+        self.splits = self.external is None and self.pool is None and self.controller is None
+        """Whether a window's prompts may be split among ranks (the live weights write every seed, the controller places none)."""
 
     def resume(self, step: int) -> None:
-        """The run (re)starts at ``step``: forget the bandit rewards of later steps, which are redone."""
+        """The run (re)starts at ``step``: forget the bandit rewards and the controller's measures of later steps, which are redone."""
         if self.log is not None and current().main:
             self.log.truncate(step)
+        if self.controller is not None and current().main:
+            self.controller.truncate(step)
 
     def columns(
         self, first: int, problems: Sequence[Problem], serve_steps: Sequence[int], k: int, sample_seed: int, model: PreTrainedModel, engine: Engine
     ) -> dict[str, list]:
-        """Seed-shard columns of the window opening at ``first``: ``k`` rows per problem, in order."""
+        """Seed-shard columns of the window opening at ``first``: ``k`` rows per problem, in order, placed by the
+        seed controller when there is one."""
+        written = self._columns(first, problems, serve_steps, k, sample_seed, model, engine)
+        return self.controller.place(written, first, k) if self.controller is not None else written
+
+    def _columns(
+        self, first: int, problems: Sequence[Problem], serve_steps: Sequence[int], k: int, sample_seed: int, model: PreTrainedModel, engine: Engine
+    ) -> dict[str, list]:
         if self.external is not None:
             return self.external.columns(problems, k, first, serve_steps, sample_seed)
         if self.pool is None:
@@ -93,7 +109,11 @@ class WindowWriter:
         """Step ``step``'s (0-based) attribution metrics; the bandit also records what each arm earned."""
         if self.log is not None and current().main:  # under torchrun every rank observes the gathered samples
             self.log.append(step + 1, arm_rewards(samples, advantages, step, self.cfg.refresh))
-        return attribution_metrics(samples, advantages, step, self.cfg.refresh)
+        if self.controller is None:
+            return attribution_metrics(samples, advantages, step, self.cfg.refresh)
+        if current().main:
+            self.controller.observe(step + 1, samples)
+        return attribution_metrics(samples, advantages, step, self.cfg.refresh) | controller_metrics(samples)
 
     def age(self, snap: Snapshot, first: int) -> int:
         """The arm of ``snap`` in the window opening at ``first``: its age in refresh windows."""

@@ -16,7 +16,7 @@ from tsctl.models.logprobs import recompute_for
 from tsctl.models.precision import model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
-from tsctl.seeds.truncation import CutContext, choose_cut, find_answer_start
+from tsctl.seeds.truncation import CutContext, choose_cut, cut_span, find_answer_start
 from tsctl.tasks.base import Problem, Task
 
 
@@ -62,7 +62,7 @@ def seed_columns(
         logprobs, entropies = _teacher_forced(model, samples, formatter.pad_id, cfg)
     steps = [serve_steps[s.group] if serve_steps is not None else checkpoint_step for s in samples]
     ends = [s.generated_ids[-1] if s.finished else formatter.eos_id for s in samples]
-    cuts = cut_points([s.generated_ids for s in samples], entropies, steps, formatter, task, cfg, np.random.default_rng(sample_seed), ends)
+    cuts, spans = cut_points([s.generated_ids for s in samples], entropies, steps, formatter, task, cfg, np.random.default_rng(sample_seed), ends)
     return {
         "prompt_id": [s.prompt_id for s in samples],
         "prompt_ids": [list(s.prompt_ids) for s in samples],
@@ -73,6 +73,18 @@ def seed_columns(
         "checkpoint_step": [checkpoint_step] * len(samples),
         "cut": cuts,
         "finished": [s.finished for s in samples],
+        **graded([problems[s.group] for s in samples], [s.generated_ids for s in samples], spans, formatter, task),
+    }
+
+
+def graded(rows: Sequence[Problem], responses: Sequence[list[int]], spans: Sequence[int], formatter: PromptFormatter, task: Task) -> dict[str, list]:
+    """The seed-shard columns every source adds: each row's ``span``, the task's grade of its whole behaviour response
+    (``behaviour_reward``; ``rows[i]`` is row ``i``'s problem) and ``predicted``, None until the seed controller places
+    the seed (:mod:`tsctl.seeds.controller`)."""
+    return {
+        "span": list(spans),
+        "behaviour_reward": [task.reward(problem, formatter.decode(ids)) for problem, ids in zip(rows, responses)],
+        "predicted": [None] * len(rows),
     }
 
 
@@ -85,8 +97,9 @@ def cut_points(
     cfg: TsctlConfig,
     rng: np.random.Generator,
     ends: Sequence[int] | None = None,
-) -> list[int]:
-    """The ``truncation`` strategy's cut of each behaviour response, in order (``rng`` draws in that order).
+) -> tuple[list[int], list[int]]:
+    """The ``truncation`` strategy's cut of each behaviour response, in order (``rng`` draws in that order), and the
+    longest cut it allowed (:func:`~tsctl.seeds.truncation.cut_span`).
 
     ``entropies[i]`` is pi_b's entropy at each token of ``responses[i]`` (None when unknown: only
     a strategy declaring ``entropies``, such as ``entropy``, needs it); ``steps[i]`` is the training step that will use the seed (``schedule``);
@@ -95,13 +108,14 @@ def cut_points(
     """
     marker = formatter.tokenizer.encode(task.answer_marker, add_special_tokens=False) if task.answer_marker else None
     bounds = boundary_ids(formatter)
-    cuts = []
+    cuts, spans = [], []
     for i, (ids, ent, step) in enumerate(zip(responses, entropies, steps)):
         answer = find_answer_start(ids, marker, bounds) if marker else None
         end = ends[i] if ends is not None else formatter.eos_id
         ctx = CutContext(eos_id=end, entropies=ent, boundary_ids=bounds, answer_start=answer, step=step, total_steps=cfg.trainer.steps)
         cuts.append(choose_cut(cfg.truncation, ids, ctx, cfg.seeds, rng))
-    return cuts
+        spans.append(cut_span(ids, ctx, cfg.seeds))
+    return cuts, spans
 
 
 def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, cfg: TsctlConfig, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:

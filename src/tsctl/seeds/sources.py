@@ -47,7 +47,7 @@ from tsctl.engines.factory import build_engine, in_process
 from tsctl.models.loading import load_model
 from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
-from tsctl.seeds.generate import cut_points, seed_columns
+from tsctl.seeds.generate import cut_points, graded, seed_columns
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.records import DataError, read_records
 
@@ -143,7 +143,8 @@ class TraceSource:
                 ids, finished = found[(step * k + j) % len(found)] if found else ([], False)
                 rows.append((problem, step, ids, finished, bool(found)))
         kept = [r for r in rows if r[4]]
-        cuts = iter(cut_points([r[2] for r in kept], [None] * len(kept), [r[1] for r in kept], self.formatter, self.task, self.cfg, np.random.default_rng(sample_seed)))
+        found_cuts, found_spans = cut_points([r[2] for r in kept], [None] * len(kept), [r[1] for r in kept], self.formatter, self.task, self.cfg, np.random.default_rng(sample_seed))
+        cuts, spans = iter(found_cuts), iter(found_spans)
         label = SOURCES.needs("traces").label + self.where
         return {
             "prompt_id": [r[0].id for r in rows],
@@ -155,6 +156,7 @@ class TraceSource:
             "checkpoint_step": [first] * len(rows),
             "cut": [next(cuts) if r[4] else 0 for r in rows],
             "finished": [r[3] for r in rows],
+            **graded([r[0] for r in rows], [r[2] for r in rows], [next(spans) if r[4] else 0 for r in rows], self.formatter, self.task),
         }
 
 

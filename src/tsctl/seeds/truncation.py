@@ -21,6 +21,9 @@ Strategies (the top-level ``truncation`` key selects one by name):
 - ``schedule``: a fraction shrinking from ``seeds.schedule_start`` at step 0 to
   ``seeds.schedule_end`` at the last step (``seeds.schedule``: ``linear`` or ``cosine``); see
   :func:`schedule_fraction`.
+- ``target_pass``: the seed controller (:mod:`tsctl.seeds.controller`) chooses, per prompt, which graded
+  behaviour response to cut and at which fraction, so that seeded samples pass about ``seeds.target_pass``
+  of the time; until it has measured anything, the ``uniform`` cut.
 """
 
 from __future__ import annotations
@@ -73,11 +76,12 @@ Strategy = Callable[[Sequence[int], int, CutContext, SeedsConfig, np.random.Gene
 CUT_SCHEDULES: tuple[str, ...] = ("cosine", "linear")
 """Shapes of the ``schedule`` strategy's prefix fraction over the run (``seeds.schedule``); not the learning-rate schedule."""
 
-STRATEGIES: Registry[Strategy] = Registry("truncation strategy", __package__, reads=(), largest=None, entropies=False)
+STRATEGIES: Registry[Strategy] = Registry("truncation strategy", __package__, reads=(), largest=None, entropies=False, controller=False)
 """The strategies by name (the values of ``truncation``), from any module of :mod:`tsctl.seeds`. Each declares
 ``reads`` (the ``seeds.*`` keys it reads; another strategy's keys are refused as idle), ``largest`` (the
 largest fraction it cuts at, from ``seeds``: a strategy whose largest is 0 is refused; None: not a
-fraction) and ``entropies`` (it needs pi_b's per-token entropies, which a trace file lacks)."""
+fraction), ``entropies`` (it needs pi_b's per-token entropies, which a trace file lacks) and ``controller``
+(the seed controller replaces its cuts once it has measured something: :mod:`tsctl.seeds.controller`)."""
 
 
 def cut_span(response_ids: Sequence[int], ctx: CutContext, cfg: SeedsConfig) -> int:
@@ -214,3 +218,11 @@ def _schedule(
 ) -> int:
     """:func:`schedule_fraction` at ``ctx.step`` of ``ctx.total_steps``."""
     return _at_fraction(schedule_fraction(cfg, ctx.step, ctx.total_steps), span)
+
+
+@STRATEGIES.register("target_pass", reads=("lo", "hi", "target_pass", "controller_band", "controller_prior"), largest=lambda s: 1.0, controller=True)
+def _target_pass(
+    ids: Sequence[int], span: int, ctx: CutContext, cfg: SeedsConfig, rng: np.random.Generator
+) -> int:
+    """The cut before the seed controller has measured anything: ``uniform``'s."""
+    return _uniform(ids, span, ctx, cfg, rng)

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
+SOLVED = 1.0
+"""Smallest reward that counts a response as solving its problem (everywhere: evaluation, metrics, the seed controller)."""
+
 Split = Literal["train", "heldout"]
 
 

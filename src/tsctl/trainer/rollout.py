@@ -77,6 +77,7 @@ def collect_groups(
             sample.seeded = True
             sample.prefix_ids, sample.prefix_logprobs = list(seed.prefix_ids), list(seed.prefix_logprobs)
             sample.behaviour_step, sample.behaviour_checkpoint = seed.behaviour_step, seed.checkpoint
+            sample.seed_reward, sample.seed_fraction, sample.seed_predicted = seed.behaviour_reward, seed.fraction, seed.predicted
         text = formatter.decode(sample.response_ids)
         sample.reward = task.reward(problems[i], text)
         sample.answer_found = answer_found(text, task.answer_marker)

@@ -59,8 +59,9 @@ def _algo(cfg: TsctlConfig) -> None:
 
 def _seeds(cfg: TsctlConfig) -> None:
     s = cfg.seeds
-    for key in ("fraction", "lo", "hi", "entropy_window", "schedule_start", "schedule_end"):
+    for key in ("fraction", "lo", "hi", "entropy_window", "schedule_start", "schedule_end", "target_pass", "controller_band"):
         in_range(f"seeds.{key}", getattr(s, key), 0.0, 1.0)
+    positive("seeds.controller_prior", s.controller_prior)
     if s.lo > s.hi:
         raise ConfigError("seeds.lo", f"seeds.lo={s.lo} must be <= seeds.hi={s.hi}")
     one_of("seeds.adv_group", s.adv_group, ADV_GROUPS)

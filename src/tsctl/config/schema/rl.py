@@ -122,6 +122,14 @@ class SeedsConfig:
     """``entropy``: search the first this-fraction of the response for the highest-entropy token."""
     schedule: str = "linear"
     """``schedule``: how the prefix fraction shrinks over training, ``linear`` or ``cosine``."""
+    target_pass: float = 0.5
+    """``target_pass`` (the seed controller): the pass rate it steers each prompt's seeded samples toward."""
+    controller_band: float = 0.2
+    """``target_pass``: a prompt whose estimated pass rate is below ``target_pass - band`` gets prefixes of right
+    behaviour responses only, one above ``target_pass + band`` of wrong ones only (when it has such responses)."""
+    controller_prior: float = 4.0
+    """``target_pass``: pseudo-samples that shrink a prompt's pass rate toward the task's, and each measured lift
+    (a prefix bin's effect on success) toward 0."""
     schedule_start: float = 0.8
     """``schedule``: prefix fraction at step 0."""
     schedule_end: float = 0.1
