@@ -518,7 +518,7 @@ def readme_block(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, li
     rows = []
     for q in README_QUOTES:
         found = next((d for d in quotes.get(q.section, []) if (d["setting"], d["baseline"], d["metric"]) == (q.setting, q.baseline, q.metric)), None)
-        compared = f"{q.setting} vs {q.baseline}, held-out {q.metric}"
+        compared = f"{q.setting} vs {q.baseline}, {header(q.metric)}"
         if found is None:
             rows.append([q.question, q.regime, compared, "pending: no records yet", "–", "–", "–"])
             continue

@@ -25,7 +25,7 @@ from tsctl.io.run_records import is_record, restore_record
 from tsctl.stages.report.compare import Row, adjusted, paired_rows, summarize
 from tsctl.stages.report.figures import band, figure, half_width, save, styles
 from tsctl.stages.report.plots import draw_all, plot_passk
-from tsctl.stages.report.points import Point, Run, find_runs, header, higher_is_better
+from tsctl.stages.report.points import TRAINING, Point, Run, final_values, find_runs, header, higher_is_better, training_values
 from tsctl.stages.report.stats import LEVEL, mean_ci
 from tsctl.stages.report.tables import bounds_rows, comparison_rows, fmt, md_table, table_rows
 from tsctl.stages.report.wording import rules_out
@@ -82,9 +82,14 @@ def warmup_point(points: list[Point], figures: Path, scratch: Path) -> Optional[
     return Point(WARMUP, {"arm": WARMUP}, runs, runs)
 
 
+def all_values(run: Run) -> dict[str, float]:
+    """A run's final values and those of its whole training (:func:`~tsctl.stages.report.points.training_values`)."""
+    return final_values(run) | training_values(run)
+
+
 def family(pairs: list[tuple[Point, Point, str]], level: float = LEVEL) -> list[Row]:
     """The comparisons ``(setting, baseline, metric)`` as one Holm family."""
-    rows = [row for setting, base, metric in pairs for row in paired_rows(setting, base, [metric], level)]
+    rows = [row for setting, base, metric in pairs for row in paired_rows(setting, base, [metric], level, values_of=all_values)]
     return adjusted(rows, 1 - level) if rows else []
 
 
@@ -133,6 +138,15 @@ def rows_with_homes(spec: Section, rows: list[Row], decided: Decided) -> list[tu
     others = [(labels[key[0]], labels[key[1]], row, home) for key, (row, home) in decided.rows.items()
               if key not in shown and key[0] in labels and key[1] in labels]
     return mine + others
+
+
+def training_lines(points: list[Point]) -> list[str]:
+    """A table of the metrics of the whole training, one row per arm (mean ± std [95% CI] over seeds)."""
+    rows = []
+    for point in points:
+        values = [training_values(run) for run in point.used]
+        rows.append([point.label, *(fmt(mean_ci([v[m] for v in values if m in v])) if any(m in v for v in values) else "–" for m in TRAINING)])
+    return ["Over the whole training:", "", *md_table(["arm", *map(header, TRAINING)], rows), ""]
 
 
 def trajectory(points: dict[str, Point], arms: list[Arm], figures: Path) -> dict[str, dict[int, list[dict]]]:
@@ -195,6 +209,8 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
     lines += provenance(name, finished)
     lines += ["Arms: " + "; ".join(f"{a.label} (`{a.sweep}`{', ' + a.point if a.point else ''})" for a in spec.arms) + ".", ""]
     lines += md_table(*table_rows(summary)) + [""]
+    if spec.training:
+        lines += training_lines([p for p in points if p.used])
     if warm is None:
         lines += ["The warm-up model these runs started from has no scored record yet (`python scripts/results.py --only "
                   f"{' '.join(sweeps)}` scores it).", ""]
@@ -208,7 +224,7 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
     against_warm = family([(p, warm, m) for p in by_label.values() for m in HELD_OUT]) if warm is not None else []
     lines += family_lines("Exploratory: each arm against the warm-up model it started from, on the held-out metrics "
                           "(a Holm family of its own):", against_warm)
-    others = family([(s, b, m) for s, b, metric in pairs for m in HELD_OUT if m != metric])
+    others = family([(s, b, m) for s, b, metric in pairs for m in (*HELD_OUT, *(TRAINING if spec.training else ())) if m != metric])
     lines += family_lines("Exploratory: the primary pairs on the other held-out metrics (a Holm family of its own):", others)
     target = figures / name
     images = draw_all([p for p in points if p.used], target)

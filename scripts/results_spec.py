@@ -61,6 +61,8 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-collapse-kl": Sweep("Countdown at lr 2e-4: ratio 0 with a KL penalty (0.1) to the warmed-up model",
                                    [*COLLAPSE, *KEPT, "ratio=0", "algo.kl_coef=0.1"], "ratio=0", 5),
     "countdown-dose-lr1e-4": Sweep("Countdown at lr 1e-4, 200 steps: ratio 0 and 25", ["task=countdown", "trainer.lr=1e-4", "trainer.steps=200", *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
+    "countdown-collapse-controller": Sweep("Countdown at lr 2e-4: ratio 25 with the seed controller (truncation=target_pass)",
+                                           [*COLLAPSE, *KEPT, "ratio=25", "refresh=25", "truncation=target_pass"], "ratio=25", 5),
     "countdown-dose-lr3e-4": Sweep("Countdown at lr 3e-4, 200 steps: ratio 0 and 25", ["task=countdown", "trainer.lr=3e-4", "trainer.steps=200", *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
 }
 """name -> the sweep. Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
@@ -100,6 +102,8 @@ class Section:
         primary: the comparisons that make its family (the only ones with verdicts).
         question: what it asks, in a sentence, as declared before its runs.
         trajectory: arms whose every checkpoint is scored on the final evaluation's problems (pass@k by step).
+        training: show (and compare) the metrics of the whole training too: the share of groups without reward
+            variance and the generated tokens per sample of a group with advantage.
     """
 
     title: str
@@ -107,6 +111,7 @@ class Section:
     primary: list[Primary]
     question: str
     trajectory: list[str] = field(default_factory=list)
+    training: bool = False
 
 
 CONTROLS = ["ratio 25, refresh 10", "ratio 25, no prefix gradient", "ratio 25, seeds from the warm-up model", "ratio 0, KL 0.1"]
@@ -142,6 +147,20 @@ SECTIONS: dict[str, Section] = {
         [Primary("lr 1e-4, ratio 25", "lr 1e-4, ratio 0", "pass@8"), Primary("lr 3e-4, ratio 25", "lr 3e-4, ratio 0", "pass@8")],
         "Does ratio 25's held-out pass@8 gain over ratio 0 grow with the learning rate, that is with how far plain DAPO "
         "falls below the warmed-up model? (lr 2e-4 is the controls section's, its comparison primary there.)",
+    ),
+    "countdown-collapse-controller": Section(
+        "The seed controller where plain DAPO degrades (countdown, lr 2e-4, 200 steps): seeds steered toward a useful pass rate",
+        [
+            Arm("ratio 0", "countdown-collapse-base", "ratio=0"),
+            Arm("ratio 25", "countdown-collapse-base", "ratio=25"),
+            Arm("ratio 25, seed controller", "countdown-collapse-controller"),
+        ],
+        [Primary("ratio 25, seed controller", "ratio 25", "zero_variance_groups"), Primary("ratio 25, seed controller", "ratio 25", "pass@8"),
+         Primary("ratio 25, seed controller", "ratio 0", "pass@8")],
+        "Does choosing, per prompt, which graded behaviour response to cut and where (aiming each prompt's seeded samples "
+        "at a pass rate of 0.5) leave fewer groups without reward variance than uniform cuts of the latest snapshot's "
+        "responses, and does it change held-out pass@8 against ratio 25 and against ratio 0?",
+        training=True,
     ),
 }
 """name -> a section built from arms. The sweeps no section names are sections of their own (their table's
@@ -189,6 +208,8 @@ README_QUOTES = [
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 0", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "warm-up", "pass@8"),
     *(Quote(MECHANISM, f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controls", control, "ratio 25", "pass@8") for control in CONTROLS),
+    Quote("The seed controller", f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controller", "ratio 25, seed controller", "ratio 25", "zero_variance_groups"),
+    Quote("The seed controller", f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controller", "ratio 25, seed controller", "ratio 25", "pass@8"),
     Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=bandit", "seeds.selector=latest", "pass@8"),
     Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=uniform", "seeds.selector=latest", "pass@8"),
 ]

@@ -112,3 +112,33 @@ def test_a_claim_made_of_table_rows_keeps_the_table_s_verdict(results, tmp_path)
     claims = page.split("## The method's claims")[1].split("\n## ")[0]
     greedy = next(line for line in claims.splitlines() if "greedy_accuracy: 0.435 vs 0.410" in line)
     assert "p=0.0131, Holm p=0.0392 (the comparison table's family): **better**" in greedy
+
+
+def test_the_metrics_of_the_whole_training_by_hand(tmp_path):
+    from tsctl.stages.report.points import load_run, training_values
+
+    # two steps of 8 samples, 10 tokens each, three quarters generated (plain 0.5 + suffix 0.25): 60 a step; groups
+    # without reward variance 0.5 and 0.25: mean 0.375, and 8 * 0.5 + 8 * 0.75 = 10 samples of groups with advantage
+    records = [{"step": s, "entropy": 0.2, "samples": 8, "response_length/mean": 10.0, "tokens_by_source/plain": 0.5,
+                "tokens_by_source/suffix": 0.25, "tokens_by_source/prefix": 0.25, "zero_variance_groups": z} for s, z in ((1, 0.5), (2, 0.25))]
+    write_run(tmp_path / "run", {"seed": 0}, ["seed=0"], records, 0.3)
+    assert training_values(load_run(tmp_path / "run")) == {"zero_variance_groups": 0.375, "tokens_per_useful_sample": 12.0}
+
+
+def test_the_controller_section_compares_the_groups_without_reward_variance_first(results, tmp_path):  # noqa: F811
+    runs = tmp_path / "runs" / "results"
+    for seed in range(3):
+        for folder, overrides, zero in (("countdown-collapse-base/ratio=0-seed", ["ratio=0"], 0.6), ("countdown-collapse-base/ratio=25-seed", ["ratio=25"], 0.5),
+                                        ("countdown-collapse-controller/seed", [], 0.5 - (0.1, 0.2, 0.15)[seed])):
+            run = runs / f"{folder}={seed}"
+            arm_run(run, overrides, seed, 0.3)
+            lines = [json.dumps({"step": s, "entropy": 0.2, "samples": 8, "response_length/mean": 10.0, "tokens_by_source/plain": 1.0,
+                                 "zero_variance_groups": zero}) for s in range(1, 3)]
+            (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    section = section_of(results.render(tmp_path / "runs"), "The seed controller where plain DAPO degrades")
+    assert "| ratio 25, seed controller | 0.350 ± 0.050 [0.226, 0.474] |" in section.split("Over the whole training:")[1]
+    primary = section.split("The primary comparisons (3 of 3 with runs so far):")[1].split("What each rules out:")[0]
+    # controller minus ratio 25 by seed: -0.1, -0.2, -0.15: t = -5.196 on 2 df, p = 0.0351; the pass@8 pairs differ by
+    # 0 on every seed (p = 1): Holm over 3 gives 3 x 0.0351 = 0.105
+    row = next(line for line in primary.splitlines() if "groups without reward variance" in line)
+    assert "| -0.150 | [-0.274, -0.026] | 0.035 |" in row and row.endswith("| 0.105 | not distinguishable |")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -159,13 +159,14 @@ def compare(summary: Summary, baseline: dict[str, str], margin: Optional[float] 
     return adjusted(rows, 1 - summary.level)
 
 
-def paired_rows(point: Point, base: Point, metrics: list[str], level: float = LEVEL, margin: Optional[float] = None) -> list[Row]:
-    """``point`` against ``base`` on each of ``metrics`` both have, paired by seed; not yet adjusted (:func:`adjusted`
-    makes a family of them); empty when the two share no completed seed."""
+def paired_rows(point: Point, base: Point, metrics: list[str], level: float = LEVEL, margin: Optional[float] = None,
+                values_of: Callable[[Run], dict[str, float]] = final_values) -> list[Row]:
+    """``point`` against ``base`` on each of ``metrics`` both have (``values_of`` a run), paired by seed; not yet adjusted
+    (:func:`adjusted` makes a family of them); empty when the two share no completed seed."""
     mine, theirs = _by_seed(point.used), _by_seed(base.used)
     seeds = sorted(set(mine) & set(theirs), key=str)
-    values = {s: final_values(mine[s]) for s in seeds}
-    base_values = {s: final_values(theirs[s]) for s in seeds}
+    values = {s: values_of(mine[s]) for s in seeds}
+    base_values = {s: values_of(theirs[s]) for s in seeds}
     rows = []
     for metric in metrics:
         paired = [s for s in seeds if metric in values[s] and metric in base_values[s]]

@@ -262,18 +262,45 @@ def final_values(run: Run) -> dict[str, float]:
     return out
 
 
+TRAINING = ("zero_variance_groups", "tokens_per_useful_sample")
+"""What :func:`training_values` gives: metrics of the whole training, not of its end."""
+
+
+def training_values(run: Run) -> dict[str, float]:
+    """Over all of the run's training steps (absent when no step logged them): ``zero_variance_groups``, the mean
+    share of groups whose rewards were all equal (they teach nothing), and ``tokens_per_useful_sample``, the tokens
+    the rollout policy generated (plain and suffix; prefixes are the behaviour policy's) per sample of a group with
+    a non-zero advantage."""
+    records = [r for r in run.train_records if "zero_variance_groups" in r]
+    if not records:
+        return {}
+    out = {"zero_variance_groups": float(sum(r["zero_variance_groups"] for r in records) / len(records))}
+    generated = [r["samples"] * r["response_length/mean"] * (r.get("tokens_by_source/plain", 0.0) + r.get("tokens_by_source/suffix", 0.0))
+                 for r in records if "samples" in r and "response_length/mean" in r]
+    useful = sum(r["samples"] * (1 - r["zero_variance_groups"]) for r in records if "samples" in r)
+    if generated and useful:
+        out["tokens_per_useful_sample"] = float(sum(generated) / useful)
+    return out
+
+
 def metric_order(key: str) -> tuple[int, int]:
     """Columns: greedy accuracy, pass@k by k, entropy by source, clip by source."""
     if key == "greedy_accuracy":
         return 0, 0
     if key.startswith("pass@"):
         return 1, int(key[5:])
+    if key in TRAINING:
+        return 4, TRAINING.index(key)
     family, _, source = key.partition("/")
     return (2 if family == "entropy" else 3), SOURCES.index(source)
 
 
 def header(key: str) -> str:
     """Column title of a summary metric, with its unit."""
+    if key == "zero_variance_groups":
+        return "groups without reward variance (share, over training)"
+    if key == "tokens_per_useful_sample":
+        return "generated tokens per sample of a group with advantage (over training)"
     family, _, source = key.partition("/")
     if family == "entropy":
         return f"entropy {source} (nats/token)"
