@@ -204,7 +204,9 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
         return
     share_runs(name, seeds, steps, runs_dir, weights)
     # seed first: Hydra sweeps the first override outermost, so an unfinished sweep has whole seeds (paired points)
-    args = [f"seed={','.join(map(str, range(seeds)))}", *overrides, "experiment=results", f"name={name}", f"runs_dir={runs_dir}", f"report.baseline={baseline}"]
+    args = [f"seed={','.join(map(str, range(seeds)))}", *overrides, "experiment=results", f"name={name}", f"runs_dir={runs_dir}"]
+    if swept(baseline, overrides):  # a sweep of one point (seeds aside) has no other point to compare with its baseline
+        args.append(f"report.baseline={baseline}")
     if steps:
         args.append(f"trainer.steps={steps}")
     if jobs > 1:  # each worker then takes its share of the cores (tsctl.distributed.job_pinning)
@@ -212,6 +214,12 @@ def run_sweep(name: str, seeds: int, steps: Optional[int], jobs: int, runs_dir: 
     print(f"== {name}: tsctl ablate {' '.join(args)}", flush=True)
     subprocess.run([sys.executable, "-m", "tsctl", "ablate", *args], check=False)
     keep_records(name, Path(runs_dir))
+
+
+def swept(baseline: str, overrides: list[str]) -> bool:
+    """Whether the key of ``baseline`` (``ratio=0``) takes several values in ``overrides`` (``ratio=0,25``)."""
+    key = baseline.split("=", 1)[0]
+    return any(o.split("=", 1)[0] == key and "," in o.split("=", 1)[1] for o in overrides)
 
 
 def warmup_overrides(name: str, runs_dir: str) -> list[str]:

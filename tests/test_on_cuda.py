@@ -46,7 +46,7 @@ def test_a_run_on_cuda_steps_float32_weights_with_bf16_compute(cuda_run, model_c
             assert math.isfinite(record[key]), (record["step"], key, record[key])
         # bf16 compute: the engine's sampling forward and the trainer's recompute differ by bf16 rounding, no more
         assert record["logprob_gap/abs_mean"] < 0.05 and abs(record["logprob_gap/ratio_mean"] - 1) < 0.05, record
-    base = load_file(next(model_cache.glob("builtin-*")) / "model.safetensors")
+    base = load_file(Path(manifest["base_model"]["path"]) / "model.safetensors")  # the folder of this run's config
     after = load_file(run / "checkpoints" / "step-4" / "model.safetensors")
     assert {t.dtype for t in after.values()} == {torch.float32}  # master weights stay fp32 on disk
     assert [k for k in base if torch.equal(base[k], after[k])] == []  # every tensor moved

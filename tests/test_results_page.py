@@ -464,3 +464,13 @@ def test_check_fails_with_a_line_per_section_its_records_cannot_write(results, t
     assert failed.value.code == 1
     assert capsys.readouterr().err == ("not from records: countdown-ratio: its section stands on 2 run(s) but "
                                        "docs/results/countdown-ratio/runs/ holds 0 record(s)\n")
+
+
+def test_every_declared_sweep_that_sweeps_its_baselines_key_gets_a_report_baseline_and_no_other(results):
+    """A sweep of one point (seeds aside) has nothing to compare with: ``report.baseline`` would stop its ablate."""
+    assert results.swept("ratio=0", ["task=countdown", "ratio=0,25,50"])
+    assert not results.swept("ratio=25", ["task=countdown", "ratio=25", "refresh=10"])
+    assert not results.swept("refresh=10", ["ratio=0,25", "refresh=10"])
+    single = {name for name, sweep in results.SWEEPS.items() if not results.swept(sweep.baseline, sweep.overrides)}
+    assert {"countdown-collapse-no-prefix-grad", "countdown-collapse-kl", "countdown-collapse-controller"} <= single
+    assert "countdown-collapse-base" not in single

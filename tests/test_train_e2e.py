@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +31,8 @@ def test_train_updates_every_parameter_and_logs_all_metrics(micro, tmp_path, mod
     assert manifest["status"] == "completed" and "torch" in manifest["versions"]
     assert manifest["arithmetic"] == {"device": "cpu", "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads()}
     assert {r["torch_threads"] for r in records[1:]} == {torch.get_num_threads()}  # this process's: the same environment
-    base = next(model_cache.glob("builtin-*"))
+    base = Path(manifest["base_model"]["path"])  # the cache is shared by the session: other tests' configs have folders of their own
+    assert base.parent == model_cache and base.name.startswith("builtin-arithmetic-")
     assert json.loads((base / "warmup.json").read_text())["arithmetic"]["device"] == "cpu"
     digest = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()[:12]
     assert manifest["base_model"] == {"path": str(base), "weights_sha256": digest}  # the weights it started from
