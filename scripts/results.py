@@ -49,6 +49,7 @@ from tsctl.stages.report.attribution import attribution_rows, markdown_section
 from tsctl.stages.report.claims import CLAIMS, assess
 from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
 from tsctl.stages.report.crossed import mean_squares, seed_spread
+from tsctl.stages.report.plots import plot_passk
 from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points, header
 from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
@@ -310,6 +311,8 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     images = sorted(out.glob("*.png"))
     for image in images:
         shutil.copyfile(image, target / image.name)
+    if warm is not None:  # the warm-up's pass@k beside the points'
+        plot_passk([warm, *points], target / "passk.png")
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])

@@ -149,11 +149,24 @@ def training_lines(points: list[Point]) -> list[str]:
     return ["Over the whole training:", "", *md_table(["arm", *map(header, TRAINING)], rows), ""]
 
 
+def revision_check(folder: Path) -> list[str]:
+    """What ``folder/revision_check.json`` records, when the section's arms ran at two code revisions: a point of the older
+    one trained again at the newer and compared with its record line by line (timings aside)."""
+    check = folder / "revision_check.json"
+    if not check.is_file():
+        return []
+    c = json.loads(check.read_text())
+    differing = "; ".join(f"{k} on {n} record(s)" for k, n in sorted(c["differing_fields"].items())) or "none"
+    return [f"Two revisions, checked: {c['what']} ({' and '.join(c['revisions'])}, warm-up {' and '.join(sorted(set(c['base_model'])))}): "
+            f"{c['records_compared']} records (steps {c['steps'][0]}-{c['steps'][1]}), {c['fields_compared']} fields compared; "
+            f"fields that differ: {differing}{' (' + c['note'] + ')' if c.get('note') else ''}.", ""]
+
+
 def trajectory(points: dict[str, Point], arms: list[Arm], figures: Path) -> dict[str, dict[int, list[dict]]]:
     """``arm label -> step -> [scores of each seed's checkpoint]``, from ``docs/results/<sweep>/trajectory/<point>/``."""
     out: dict[str, dict[int, list[dict]]] = {}
     for arm in arms:
-        for run in points[arm.label].used:
+        for run in points[arm.label].used if arm.label in points else []:
             folder = figures / arm.sweep / "trajectory" / run.path.name
             for scored in sorted(folder.glob("step-*.json")) if folder.is_dir() else []:
                 data = json.loads(scored.read_text())
@@ -206,7 +219,7 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
     by_label = {p.label: p for p in points if p.used}
     warm = warmup_point(points, figures, scratch)
     summary = summarize(([warm] if warm else []) + [p for p in points if p.used])
-    lines += provenance(name, finished)
+    lines += provenance(name, finished) + revision_check(figures / name)
     lines += ["Arms: " + "; ".join(f"{a.label} (`{a.sweep}`{', ' + a.point if a.point else ''})" for a in spec.arms) + ".", ""]
     lines += md_table(*table_rows(summary)) + [""]
     if spec.training:

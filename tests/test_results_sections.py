@@ -142,3 +142,18 @@ def test_the_controller_section_compares_the_groups_without_reward_variance_firs
     # 0 on every seed (p = 1): Holm over 3 gives 3 x 0.0351 = 0.105
     row = next(line for line in primary.splitlines() if "groups without reward variance" in line)
     assert "| -0.150 | [-0.274, -0.026] | 0.035 |" in row and row.endswith("| 0.105 | not distinguishable |")
+
+
+def test_a_section_whose_arms_ran_at_two_revisions_says_what_the_check_between_them_found(results, tmp_path):  # noqa: F811
+    runs = tmp_path / "runs" / "results"
+    for seed in range(2):
+        arm_run(runs / "countdown-collapse-base" / f"ratio=25-seed={seed}", ["ratio=25"], seed, RATIO25[seed])
+    check = {"what": "ratio=25 seed=0 trained again", "revisions": ["aaaaaaa", "bbbbbbb"], "base_model": [DIGEST, DIGEST],
+             "records_compared": 24, "steps": [0, 23], "fields_compared": 2785, "differing_fields": {"reward/answer_found": 23},
+             "note": "a metric the newer revision logs and the older does not"}
+    (tmp_path / "figures" / "countdown-collapse-controls").mkdir(parents=True)
+    (tmp_path / "figures" / "countdown-collapse-controls" / "revision_check.json").write_text(json.dumps(check))
+    section = section_of(results.render(tmp_path / "runs"), "Where plain DAPO degrades")
+    assert ("Two revisions, checked: ratio=25 seed=0 trained again (aaaaaaa and bbbbbbb, warm-up d1d1d1d1d1d1): 24 records (steps 0-23), "
+            "2785 fields compared; fields that differ: reward/answer_found on 23 record(s) (a metric the newer revision logs and the older "
+            "does not).") in section
