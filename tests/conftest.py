@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,22 @@ def tsctl(*args: str, check: bool = True, **env_vars: str) -> subprocess.Complet
     if check and proc.returncode != 0:
         raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{stdout}\n{stderr}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def state(proc: subprocess.Popen) -> str:
+    """The process's state letter from ``/proc`` (``T``: stopped)."""
+    return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def wait_paused(proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until ``proc`` is stopped at its pause point; fail with its output if it ends first."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and state(proc) != "T":
+        assert time.monotonic() < deadline, "the command never reached its pause point"
+        time.sleep(0.1)
+    if proc.returncode is not None:
+        out, err = proc.communicate()
+        pytest.fail(f"ended ({proc.returncode}) before its pause point:\n{out}\n{err[-3000:]}")
 
 
 def start_tsctl(*args: str, **env_vars: str) -> subprocess.Popen:

@@ -10,13 +10,12 @@
 import json
 import resource
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from catalogue import passes, refused, snapshot
-from conftest import micro_args, start_tsctl, tsctl
+from conftest import micro_args, start_tsctl, tsctl, wait_paused
 from tsctl.io.faults import ENV, SIGNAL_ENV
 from tsctl.io.sinks import LoggerError
 from tsctl.models.builtin import builtin_dir
@@ -79,10 +78,11 @@ def test_wandb_failing_once_the_run_folder_exists_leaves_no_folder(tmp_path, war
 def test_sigterm_during_a_start_leaves_no_folder(tmp_path, warm):
     args = [*one_step(tmp_path, warm, "sig"), "logger=wandb"]
     run = tmp_path / "runs" / "default" / "sig"
-    proc = start_tsctl("train", *args, WANDB_MODE="offline")
-    while not (run / "config.yaml").exists() and proc.poll() is None:  # the folder exists: its start goes on (wandb starts)
-        time.sleep(0.002)
+    proc = start_tsctl("train", *args, WANDB_MODE="offline", **{ENV: "run-folder-made:1", SIGNAL_ENV: "STOP"})
+    wait_paused(proc)  # held where its new folder exists and its start goes on: the signal lands there, whatever the timing
+    assert (run / "config.yaml").is_file()
     proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGCONT)
     out, err = proc.communicate()
     lines = [line for line in (out + err).splitlines() if line.strip() and "wandb" not in line]
     assert proc.returncode == 143 and "Traceback" not in out + err, out + err

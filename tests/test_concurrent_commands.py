@@ -11,13 +11,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import reference_run, stable_metrics, start_tsctl, tsctl
+from conftest import reference_run, stable_metrics, start_tsctl, tsctl, wait_paused
 from tsctl.cli import app
 from tsctl.io.faults import ENV, SIGNAL_ENV
 from tsctl.io.run_lock import is_held
@@ -36,22 +35,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> tu
 def paused_at(point: str, passage: int = 1) -> dict[str, str]:
     """The environment that pauses a command (SIGSTOP) at its ``passage``-th passage through ``point``."""
     return {ENV: f"{point}:{passage}", SIGNAL_ENV: "STOP"}
-
-
-def state(proc: subprocess.Popen) -> str:
-    """The process's state letter from ``/proc`` (``T``: stopped)."""
-    return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def wait_paused(proc: subprocess.Popen, timeout: float = 300) -> None:
-    """Wait until ``proc`` is stopped at its pause point; fail with its output if it ends first."""
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and state(proc) != "T":
-        assert time.monotonic() < deadline, "the command never reached its pause point"
-        time.sleep(0.1)
-    if proc.returncode is not None:
-        out, err = proc.communicate()
-        pytest.fail(f"ended ({proc.returncode}) before its pause point:\n{out}\n{err[-3000:]}")
 
 
 def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:

@@ -133,6 +133,7 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
                 ctx.seeds.check_resume(plan.start[0])
             if run is None:  # a new run's folder is made once its model and data have loaded
                 run = _rank_0_first(claim)
+                faults.hit("run-folder-made")
             start = 0
             if plan.start:
                 start = plan.start[0]
