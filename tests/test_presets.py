@@ -13,7 +13,7 @@ from tsctl.stages.compose import compose_config
 from tsctl.tasks.benchmarks import available_benchmarks
 
 PRESETS = sorted(p.stem for p in (conf_dir() / "preset").glob("*.yaml"))
-README = Path(__file__).resolve().parents[1] / "README.md"
+PRESET_DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"
 
 
 def test_there_are_presets_for_both_model_sizes():
@@ -51,12 +51,12 @@ def test_presets_are_dapo_on_qwen_math_with_the_six_benchmarks(preset):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_each_preset_states_its_gpus_and_memory_in_the_file_and_the_readme(preset):
+def test_each_preset_states_its_gpus_and_memory_in_the_file_and_the_docs(preset):
     text = (conf_dir() / "preset" / f"{preset}.yaml").read_text()
     assert "# Needs: one NVIDIA" in text and " GB" in text and "GPU memory" in text
-    readme = README.read_text()
-    assert f"+preset={preset}" in readme
-    line = next(line for line in readme.splitlines() if f"`{preset}`" in line)
+    doc = PRESET_DOC.read_text()
+    assert f"+preset={preset}" in doc
+    line = next(line for line in doc.splitlines() if f"`{preset}`" in line)
     assert "GB" in line
 
 

@@ -1,5 +1,5 @@
 """How comparisons are put into words: verdicts from Holm-adjusted p, what an interval rules out, equivalence only
-against a stated margin, and no page or README line that states a null as an equivalence."""
+against a stated margin, and no page, README or docs line that states a null as an equivalence."""
 
 import math
 from pathlib import Path
@@ -50,8 +50,8 @@ def test_the_forbidden_phrasings_are_found_and_a_tested_equivalence_is_not():
     assert forbidden_phrasings("not distinguishable; rules out gains > 0.049 / losses > 0.014") == []
 
 
-@pytest.mark.parametrize("name", ["README.md", "docs/RESULTS.md"])
-def test_the_readme_and_the_results_page_state_no_null_as_an_equivalence(name):
+@pytest.mark.parametrize("name", ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))])
+def test_the_readme_and_the_docs_state_no_null_as_an_equivalence(name):
     assert forbidden_phrasings((ROOT / name).read_text()) == []
 
 

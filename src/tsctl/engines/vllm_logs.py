@@ -27,7 +27,7 @@ NOISE: dict[str, str] = {
     "Triton is not installed": "vLLM's CPU build runs without Triton's kernels",
     "Model Runner V2 requires Triton": "the V1 model runner is the one vLLM's CPU build uses",
     "Reset SSM cache type": "a setting of state-space models only",
-    "is not found in LD_PRELOAD": "a faster allocator or OpenMP runtime vLLM can preload (README: vLLM on the CPU)",
+    "is not found in LD_PRELOAD": "a faster allocator or OpenMP runtime vLLM can preload (docs/gpu.md: vLLM's CPU build)",
     "The global random seed is set to": "tsctl seeds its own generators after the engine starts (engines/vllm.py)",
     "doesn't allow to use `torch.set_num_threads`": "vLLM's own thread settings, ignored once its CPU build has pinned its threads",
     "is set; leaving Torch threads at": "tsctl decodes with the threads it is given (OMP_NUM_THREADS) on purpose",

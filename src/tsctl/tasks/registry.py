@@ -25,4 +25,4 @@ def answer_hint(name: str) -> str:
     key = TASKS.needs(name).instruction
     if key is None:
         return "warm the model up on the task's worked solutions first (model.path=builtin is), which end with its answer line"
-    return f"make the prompts ask for it in a form this model follows: {key}=<text> (README: Your own model and data)"
+    return f"make the prompts ask for it in a form this model follows: {key}=<text> (docs/usage.md: Your own model and data)"
