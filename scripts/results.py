@@ -42,15 +42,15 @@ from tsctl.io import atomic
 from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, config_changes
 from tsctl.models.builtin import WARMUP_REPORT, base_model_entry, builtin_dir, weights_digest
-from tsctl.stages.ablate import POINT_SEP, is_done
-from tsctl.stages.compose import compose_config
-from tsctl.stages.report import report
-from tsctl.stages.report.attribution import attribution_rows, markdown_section
-from tsctl.stages.report.claims import CLAIMS, assess
-from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
-from tsctl.stages.report.crossed import mean_squares, seed_spread
-from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points, header
-from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
+from tsctl.analysis.points import POINT_SEP, is_done
+from tsctl.runconfig import compose_config
+from tsctl.analysis.report import report
+from tsctl.analysis.attribution import attribution_rows, markdown_section
+from tsctl.analysis.claims import CLAIMS, assess
+from tsctl.analysis.compare import Summary, compare, problem_scores, summarize
+from tsctl.analysis.crossed import mean_squares, seed_spread
+from tsctl.analysis.points import Point, Run, base_weights, find_runs, group_points, header
+from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, warmup_point  # noqa: E402  (this script's own folder)
