@@ -22,13 +22,13 @@ import numpy as np
 from results_scoring import WARMUP, warmup_records
 from results_spec import Arm, Section
 from tsctl.io.run_records import is_record, restore_record
-from tsctl.stages.report.compare import Row, adjusted, paired_rows, summarize
-from tsctl.stages.report.figures import band, figure, half_width, save, styles
-from tsctl.stages.report.plots import draw_all, plot_passk
-from tsctl.stages.report.points import TRAINING, Point, Run, final_values, find_runs, header, higher_is_better, training_values
-from tsctl.stages.report.stats import LEVEL, mean_ci
-from tsctl.stages.report.tables import bounds_rows, comparison_rows, fmt, md_table, table_rows
-from tsctl.stages.report.wording import rules_out
+from tsctl.analysis.compare import Row, adjusted, paired_rows, summarize
+from tsctl.analysis.figures import band, figure, half_width, save, styles
+from tsctl.analysis.plots import draw_all, plot_passk
+from tsctl.analysis.points import TRAINING, Point, Run, final_values, find_runs, header, higher_is_better, training_values
+from tsctl.analysis.stats import LEVEL, mean_ci
+from tsctl.analysis.tables import bounds_rows, comparison_rows, fmt, md_table, table_rows
+from tsctl.analysis.wording import rules_out
 
 HELD_OUT = ("greedy_accuracy", "pass@1", "pass@2", "pass@4", "pass@8")
 """The held-out metrics the comparisons are made on."""
@@ -83,7 +83,7 @@ def warmup_point(points: list[Point], figures: Path, scratch: Path) -> Optional[
 
 
 def all_values(run: Run) -> dict[str, float]:
-    """A run's final values and those of its whole training (:func:`~tsctl.stages.report.points.training_values`)."""
+    """A run's final values and those of its whole training (:func:`~tsctl.analysis.points.training_values`)."""
     return final_values(run) | training_values(run)
 
 

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from tsctl.stages.report.compare import Row, adjusted
-from tsctl.stages.report.families import holm
-from tsctl.stages.report.points import Point
-from tsctl.stages.report.stats import Comparison, Interval
+from tsctl.analysis.compare import Row, adjusted
+from tsctl.analysis.families import holm
+from tsctl.analysis.points import Point
+from tsctl.analysis.stats import Comparison, Interval
 
 
 def test_holm_by_hand():

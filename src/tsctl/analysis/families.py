@@ -3,8 +3,8 @@
 A *family* is the set of comparisons that one table or one claim makes against its baseline:
 
 - the paired-comparison table of a report (and of each section of the results page): every point and
-  every metric against the baseline, together (:func:`~tsctl.stages.report.compare.compare`);
-- each claim of a ratio sweep (:mod:`~tsctl.stages.report.claims`): that claim's comparisons, among
+  every metric against the baseline, together (:func:`~tsctl.analysis.compare.compare`);
+- each claim of a ratio sweep (:mod:`~tsctl.analysis.claims`): that claim's comparisons, among
   themselves (claim (iii)'s held-out comparisons are also in the table's family, and are adjusted there
   apart).
 
