@@ -87,10 +87,11 @@ def all_values(run: Run) -> dict[str, float]:
     return final_values(run) | training_values(run)
 
 
-def family(pairs: list[tuple[Point, Point, str]], level: float = LEVEL) -> list[Row]:
-    """The comparisons ``(setting, baseline, metric)`` as one Holm family."""
+def family(pairs: list[tuple[Point, Point, str]], level: float = LEVEL, size: int = 0) -> list[Row]:
+    """The comparisons ``(setting, baseline, metric)`` as one Holm family; ``size``: its declared size, counting the
+    comparisons not yet run as p = 1."""
     rows = [row for setting, base, metric in pairs for row in paired_rows(setting, base, [metric], level, values_of=all_values)]
-    return adjusted(rows, 1 - level) if rows else []
+    return adjusted(rows, 1 - level, size) if rows else []
 
 
 def quote(row: Row, family: str) -> dict:
@@ -228,11 +229,12 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
         lines += ["The warm-up model these runs started from has no scored record yet (`python scripts/results.py --only "
                   f"{' '.join(sweeps)}` scores it).", ""]
     pairs = [(by_label[p.setting], by_label[p.baseline], p.metric) for p in spec.primary if p.setting in by_label and p.baseline in by_label]
-    primary = family(pairs)
+    primary = family(pairs, size=len(spec.primary))  # Holm over the declared family, the comparisons without runs as p = 1
     ids = {arm.label: arm_id(arm) for arm in spec.arms}
     for row in primary:
         decided.rows[(ids[row.point.label], ids[row.baseline.label], row.metric)] = (row, name)
-    lines += family_lines(f"The primary comparisons ({len(primary)} of {len(spec.primary)} with runs so far):", primary)
+    pending = f"; Holm over all {len(spec.primary)}, each without runs counted as p = 1" if len(primary) < len(spec.primary) else ""
+    lines += family_lines(f"The primary comparisons ({len(primary)} of {len(spec.primary)} with runs so far{pending}):", primary)
     lines += gains_lines(spec, primary, decided, warm) + [""]
     against_warm = family([(p, warm, m) for p in by_label.values() for m in HELD_OUT]) if warm is not None else []
     lines += family_lines("Exploratory: each arm against the warm-up model it started from, on the held-out metrics "
@@ -245,6 +247,6 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
     images = sorted(set(images) | ({passk} if passk else set()))
     lines += trajectory_lines(spec, by_label, warm, figures, target) if spec.trajectory else []
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
-    quotes = ([quote(r, f"primary, Holm over {len(primary)}") for r in primary]
+    quotes = ([quote(r, f"primary, Holm over {len(spec.primary)}") for r in primary]
               + [quote(r, f"exploratory, Holm over {len(against_warm)}") for r in against_warm])
     return lines, len(finished), quotes

@@ -27,6 +27,13 @@ def test_an_untestable_comparison_stays_nan_and_does_not_count():
     assert out[0] == pytest.approx(0.02) and math.isnan(out[1]) and out[2] == pytest.approx(0.02)  # m = 2
 
 
+def test_a_declared_family_with_comparisons_not_yet_run_counts_them_as_p_1():
+    # a family of 5 declared, 2 with p-values: as holm([0.01, 0.02, 1, 1, 1]) -> 0.01 x 5 = 0.05, 0.02 x 4 = 0.08
+    assert holm([0.02, 0.01], size=5) == pytest.approx([0.08, 0.05])
+    assert holm([0.02, 0.01], size=5) == pytest.approx(holm([0.02, 0.01, 1.0, 1.0, 1.0])[:2])
+    assert holm([0.02, 0.01], size=1) == holm([0.02, 0.01])  # never fewer than those tested
+
+
 def step_down(p: list[float], alpha: float) -> list[bool]:
     """Holm's procedure as first written: reject the smallest p while p_(i) <= alpha / (m - i + 1), stop at the first that is not."""
     order = sorted(range(len(p)), key=lambda i: p[i])

@@ -185,11 +185,12 @@ def paired_rows(point: Point, base: Point, metrics: list[str], level: float = LE
     return rows
 
 
-def adjusted(rows: list[Row], alpha: float) -> list[Row]:
-    """``rows`` as one family: their deciding and equivalence p-values Holm-adjusted, and their verdicts."""
-    p_holm = holm([r.decided.p_value for r in rows])
+def adjusted(rows: list[Row], alpha: float, size: int = 0) -> list[Row]:
+    """``rows`` as one family: their deciding and equivalence p-values Holm-adjusted, and their verdicts. ``size``: the
+    family's declared size, when some of its comparisons have no rows yet (:func:`~tsctl.analysis.families.holm`)."""
+    p_holm = holm([r.decided.p_value for r in rows], size)
     tested = [i for i, r in enumerate(rows) if r.p_equivalence is not None]
-    equal_holm = dict(zip(tested, holm([rows[i].p_equivalence for i in tested])))
+    equal_holm = dict(zip(tested, holm([rows[i].p_equivalence for i in tested], size)))
     out = []
     for i, (r, p) in enumerate(zip(rows, p_holm)):
         said = decide(r.decided.diff.mean, p, alpha, higher_is_better(r.metric), equal_holm.get(i), r.margin)
