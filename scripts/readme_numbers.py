@@ -8,7 +8,7 @@ runs folder, so the built-in model is warmed up afresh. From the run's own files
 ``warmup.json``, the run's ``manifest.json``, ``config.yaml`` and ``metrics.jsonl``) the script writes the record,
 ``docs/readme_numbers.json`` by default: the warm-up's held-out greedy accuracy and time, the held-out curve at
 every evaluated step, the final accuracy, the median step time, the wall time of the whole command, the
-arithmetic the run computed with (:mod:`tsctl.io.arithmetic`), torch and transformers versions, the code revision
+arithmetic the run computed with (:mod:`tsctl.io.rounding`), torch and transformers versions, the code revision
 and the date. It then prints the README's paragraph written from that record (:func:`readme_paragraph`), which
 ``tests/test_readme_numbers.py`` requires the README to hold. Timings want an otherwise idle machine.
 """

@@ -42,16 +42,16 @@ from tsctl.io import atomic
 from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, config_changes
 from tsctl.models.builtin import WARMUP_REPORT, base_model_entry, builtin_dir, weights_digest
-from tsctl.stages.ablate import POINT_SEP, is_done
-from tsctl.stages.compose import compose_config
-from tsctl.stages.report import report
-from tsctl.stages.report.attribution import attribution_rows, markdown_section
-from tsctl.stages.report.claims import CLAIMS, assess
-from tsctl.stages.report.compare import Summary, compare, problem_scores, summarize
-from tsctl.stages.report.crossed import mean_squares, seed_spread
-from tsctl.stages.report.plots import plot_passk
-from tsctl.stages.report.points import Point, Run, base_weights, find_runs, group_points, header
-from tsctl.stages.report.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
+from tsctl.analysis.points import POINT_SEP, is_done
+from tsctl.runconfig import compose_config
+from tsctl.analysis.report import report
+from tsctl.analysis.attribution import attribution_rows, markdown_section
+from tsctl.analysis.claims import CLAIMS, assess
+from tsctl.analysis.compare import Summary, compare, problem_scores, summarize
+from tsctl.analysis.crossed import mean_squares, seed_spread
+from tsctl.analysis.plots import plot_passk
+from tsctl.analysis.points import Point, Run, base_weights, find_runs, group_points, header
+from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, warmup_point  # noqa: E402  (this script's own folder)
@@ -336,7 +336,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
 def seed_spread_check(point: Point) -> list[str]:
     """Seeds against seeds, within one setting: for each held-out metric with per-problem scores, how much the
     point's seeds' scores spread against what drawing the held-out problems alone predicts
-    (:func:`~tsctl.stages.report.crossed.seed_spread`), and what that says, in words."""
+    (:func:`~tsctl.analysis.crossed.seed_spread`), and what that says, in words."""
     rows, real = [], []
     for metric in ("greedy_accuracy", "pass@1", "pass@2", "pass@4", "pass@8"):
         scored = [problem_scores(r, metric) for r in point.used]

@@ -22,13 +22,13 @@ import numpy as np
 from results_scoring import WARMUP, warmup_records
 from results_spec import Arm, Section
 from tsctl.io.run_records import is_record, restore_record
-from tsctl.stages.report.compare import Row, adjusted, paired_rows, summarize
-from tsctl.stages.report.figures import band, figure, half_width, save, styles
-from tsctl.stages.report.plots import draw_all, plot_passk
-from tsctl.stages.report.points import TRAINING, Point, Run, final_values, find_runs, header, higher_is_better, training_values
-from tsctl.stages.report.stats import LEVEL, mean_ci
-from tsctl.stages.report.tables import bounds_rows, comparison_rows, fmt, md_table, table_rows
-from tsctl.stages.report.wording import rules_out
+from tsctl.analysis.compare import Row, adjusted, paired_rows, summarize
+from tsctl.analysis.figures import band, figure, half_width, save, styles
+from tsctl.analysis.plots import draw_all, plot_passk
+from tsctl.analysis.points import TRAINING, Point, Run, final_values, find_runs, header, higher_is_better, training_values
+from tsctl.analysis.stats import LEVEL, mean_ci
+from tsctl.analysis.tables import bounds_rows, comparison_rows, fmt, md_table, table_rows
+from tsctl.analysis.wording import rules_out
 
 HELD_OUT = ("greedy_accuracy", "pass@1", "pass@2", "pass@4", "pass@8")
 """The held-out metrics the comparisons are made on."""
@@ -83,14 +83,15 @@ def warmup_point(points: list[Point], figures: Path, scratch: Path) -> Optional[
 
 
 def all_values(run: Run) -> dict[str, float]:
-    """A run's final values and those of its whole training (:func:`~tsctl.stages.report.points.training_values`)."""
+    """A run's final values and those of its whole training (:func:`~tsctl.analysis.points.training_values`)."""
     return final_values(run) | training_values(run)
 
 
-def family(pairs: list[tuple[Point, Point, str]], level: float = LEVEL) -> list[Row]:
-    """The comparisons ``(setting, baseline, metric)`` as one Holm family."""
+def family(pairs: list[tuple[Point, Point, str]], level: float = LEVEL, size: int = 0) -> list[Row]:
+    """The comparisons ``(setting, baseline, metric)`` as one Holm family; ``size``: its declared size, counting the
+    comparisons not yet run as p = 1."""
     rows = [row for setting, base, metric in pairs for row in paired_rows(setting, base, [metric], level, values_of=all_values)]
-    return adjusted(rows, 1 - level) if rows else []
+    return adjusted(rows, 1 - level, size) if rows else []
 
 
 def quote(row: Row, family: str) -> dict:
@@ -228,11 +229,12 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
         lines += ["The warm-up model these runs started from has no scored record yet (`python scripts/results.py --only "
                   f"{' '.join(sweeps)}` scores it).", ""]
     pairs = [(by_label[p.setting], by_label[p.baseline], p.metric) for p in spec.primary if p.setting in by_label and p.baseline in by_label]
-    primary = family(pairs)
+    primary = family(pairs, size=len(spec.primary))  # Holm over the declared family, the comparisons without runs as p = 1
     ids = {arm.label: arm_id(arm) for arm in spec.arms}
     for row in primary:
         decided.rows[(ids[row.point.label], ids[row.baseline.label], row.metric)] = (row, name)
-    lines += family_lines(f"The primary comparisons ({len(primary)} of {len(spec.primary)} with runs so far):", primary)
+    pending = f"; Holm over all {len(spec.primary)}, each without runs counted as p = 1" if len(primary) < len(spec.primary) else ""
+    lines += family_lines(f"The primary comparisons ({len(primary)} of {len(spec.primary)} with runs so far{pending}):", primary)
     lines += gains_lines(spec, primary, decided, warm) + [""]
     against_warm = family([(p, warm, m) for p in by_label.values() for m in HELD_OUT]) if warm is not None else []
     lines += family_lines("Exploratory: each arm against the warm-up model it started from, on the held-out metrics "
@@ -245,6 +247,6 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
     images = sorted(set(images) | ({passk} if passk else set()))
     lines += trajectory_lines(spec, by_label, warm, figures, target) if spec.trajectory else []
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
-    quotes = ([quote(r, f"primary, Holm over {len(primary)}") for r in primary]
+    quotes = ([quote(r, f"primary, Holm over {len(spec.primary)}") for r in primary]
               + [quote(r, f"exploratory, Holm over {len(against_warm)}") for r in against_warm])
     return lines, len(finished), quotes

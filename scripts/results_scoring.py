@@ -24,11 +24,12 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import SamplingParams
 from tsctl.engines.factory import load_policy
 from tsctl.evaluation.scoring import final_eval, pass_rates, sample_and_score
-from tsctl.io import arithmetic, atomic
+from tsctl.io import atomic
+from tsctl.io import rounding as arithmetic
 from tsctl.io.checkpoints import list_checkpoints
 from tsctl.io.run_records import is_record, save_record
 from tsctl.io.runs import RunDir, git_revision
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.trainer.rollout import servable_task
 
 WARMUP = "warm-up"

@@ -21,11 +21,11 @@ from tsctl.distributed import world as ranks
 from tsctl.distributed.fsdp import full_tensors
 from tsctl.io.checkpoints import load_state
 from tsctl.io.sharded_checkpoints import load_training_state, save_sharded_checkpoint
-from tsctl.models.batch import old_logprobs, pack
-from tsctl.models.logprobs import recompute
-from tsctl.seeds.base import uses_seeds
+from tsctl.models.batch import collate, pi_b_on_prefix
+from tsctl.models.forward import Forward
 from tsctl.trainer.parallel import DataParallel, Parallel
-from tsctl.trainer.update import policy_update
+from update_context import update as update_step
+from update_context import update_context
 
 CASES = {"ratio=0": 0, "ratio=25": 25}
 """Each case's ``ratio``: with 25 every third row continues a seed prefix (bounded by ``algo.prefix_clip_c``)."""
@@ -47,9 +47,9 @@ def setting(ratio: int) -> tuple[torch.nn.Module, Any, torch.Tensor, torch.Tenso
     one-row micro-batches, so the two ranks run 2 and 2, then 2 and 1 micro-batches; gradient clipping, KL and
     entropy terms on."""
     model = tiny_model()
-    batch = pack(rows(10, prefix=ratio > 0), torch.linspace(-1.5, 1.0, 10), PAD)
-    pi_old = recompute(model, batch, 1.0, 0)[0]
-    old = old_logprobs(pi_old - 0.05 * torch.arange(pi_old.shape[1]) / pi_old.shape[1], batch)
+    batch = collate(rows(10, prefix=ratio > 0), torch.linspace(-1.5, 1.0, 10), PAD)
+    pi_old = Forward(1.0).recompute(model, batch)[0]
+    old = pi_b_on_prefix(pi_old - 0.05 * torch.arange(pi_old.shape[1]) / pi_old.shape[1], batch)
     cfg = config(3, micro=1, kl_coef=0.05, entropy_coef=0.01)
     cfg.ratio, cfg.trainer.max_grad_norm = ratio, 0.5
     return model, batch, old, pi_old - 0.3, cfg
@@ -62,7 +62,7 @@ def update(ratio: int, parallel_of=Parallel) -> tuple[dict[str, float], torch.nn
     parallel = parallel_of(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    metrics = policy_update(model, optimizer, scheduler, batch, old, cfg, torch.Generator().manual_seed(3), ref, parallel=parallel, seeded=uses_seeds(cfg))
+    metrics = update_step(update_context(cfg, model, optimizer, scheduler, parallel), batch, old, ref)
     return metrics.means(), model, optimizer, parallel
 
 

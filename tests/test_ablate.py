@@ -13,7 +13,7 @@ from conftest import kill, tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.io.runs import open_run
 from tsctl.stages.ablate import ablate, expand, plan, sweep_name
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 PLOTS = ("reward_accuracy.png", "entropy_by_position.png", "clip_by_position.png", "passk.png")
 

@@ -10,12 +10,11 @@ import torch
 
 from conftest import metrics, micro_args, tsctl
 from fakes.qwen import qwen_like_tokenizer
-from tsctl.config.schema import FileTaskConfig
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
-from tsctl.stages.compose import compose_config
-from tsctl.tasks.file_task import FileTask
+from tsctl.runconfig import compose_config
+from tsctl.tasks.file_task import FileTask, FileTaskSettings
 from tsctl.tasks.grading import answer_found
 from tsctl.trainer.no_answer import NoAnswerWatch
 from tsctl.trainer.step_metrics import rollout_metrics
@@ -38,7 +37,7 @@ def data(tmp_path):
     ({"instruction": "Answer in one word."}, "Answer in one word."),
 ])
 def test_a_file_tasks_prompt_asks_for_the_answer_in_the_form_its_grader_reads(data, settings, ask):
-    task = FileTask(FileTaskConfig(train_path=str(data), solution_field=None, heldout_fraction=0.2, **settings), data_seed=0)
+    task = FileTask(FileTaskSettings(train_path=str(data), solution_field=None, heldout_fraction=0.2, **settings), data_seed=0)
     assert all(p.question.endswith(f"?\n{ask}") for split in ("train", "heldout") for p in task.problems(split))
     formatter = PromptFormatter(qwen_like_tokenizer(), True)
     prompt = formatter.tokenizer.decode(formatter.prompt_ids(task.problems("train")[0].question))
@@ -46,7 +45,7 @@ def test_a_file_tasks_prompt_asks_for_the_answer_in_the_form_its_grader_reads(da
 
 
 def test_an_empty_instruction_adds_none(data):
-    task = FileTask(FileTaskConfig(train_path=str(data), solution_field=None, instruction=""), data_seed=0)
+    task = FileTask(FileTaskSettings(train_path=str(data), solution_field=None, instruction=""), data_seed=0)
     assert [p.question for p in task.problems("train")][:2] == ["What is 0 + 0?", "What is 1 + 1?"]
 
 
@@ -61,7 +60,7 @@ def test_a_final_answer_is_found_where_the_grader_reads_one(text, found):
 def test_each_step_logs_the_share_of_responses_with_an_answer():
     samples = [Sample(group=i // 2, prompt_id=str(i), prompt_ids=[1, 2], generated_ids=[3, 4], generated_logprobs=[-1.0, -1.0], finished=True,
                       answer_found=i in (0, 3, 4)) for i in range(8)]
-    batch = pack(samples, torch.zeros(8), 0, torch.device("cpu"))
+    batch = collate(samples, torch.zeros(8), 0, torch.device("cpu"))
     record = rollout_metrics(samples, batch, torch.zeros(batch.resp_mask.shape), [0, 1], 0)
     assert record["reward/answer_found"] == 3 / 8
 

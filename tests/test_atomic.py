@@ -16,7 +16,7 @@ from safetensors import SafetensorError
 from tsctl.io import atomic
 from tsctl.io.checkpoints import STATE_FILE
 from tsctl.io.run_lock import RunBusy, RunLock, clean_temp, is_held
-from tsctl.stages.report.points import run_status
+from tsctl.analysis.points import run_status
 
 
 @pytest.fixture

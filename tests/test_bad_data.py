@@ -16,7 +16,7 @@ import pytest
 from catalogue import passes, refused
 from conftest import micro_args, tsctl
 from tsctl.models.builtin import builtin_dir
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 pytestmark = pytest.mark.slow
 

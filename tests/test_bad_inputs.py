@@ -31,7 +31,7 @@ from tsctl.cli import app
 from tsctl.engines import vllm_platform
 from tsctl.io.run_lock import RunLock
 from tsctl.models.builtin import builtin_dir
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 pytestmark = pytest.mark.slow
 
@@ -195,8 +195,8 @@ def test_vllm_engine_without_vllm(setup, monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available() or not vllm_platform.cpu_build(), reason="needs vLLM's CPU build on a machine without CUDA")
 def test_vllm_sleep_mode_on_the_cpu(setup):
-    refused = new_run(setup, "engine=vllm", "engine.enable_sleep_mode=true")
-    fails_cleanly(setup, refused, "'engine.enable_sleep_mode'", "no sleep mode", "use engine.enable_sleep_mode=false")  # applied in test_engine_vllm.py
+    refused = new_run(setup, "engine=vllm", "engine.vllm.enable_sleep_mode=true")
+    fails_cleanly(setup, refused, "'engine.vllm.enable_sleep_mode'", "no sleep mode", "use engine.vllm.enable_sleep_mode=false")  # applied in test_engine_vllm.py
 
 
 def test_an_unknown_key_added_with_plus(setup):
@@ -437,21 +437,23 @@ def errors_of(args: list[str]) -> list[str]:
 
 
 def test_a_non_finite_stop_names_a_lower_lr_and_skipping(setup, monkeypatch):
-    from tsctl.trainer import update as update_module
+    from tsctl.algo.objective import Objective
 
     huge = new_run(setup, "name=huge-lr", "trainer.lr=1e6", "trainer.warmup_steps=0")
     [line] = errors_of(huge)
     assert "non-finite" in line and "Start a new run with a lower trainer.lr" in line and "trainer.nonfinite=skip" in line
     works(swap(huge, "trainer.lr=1e6", "trainer.lr=5e-5") + ["name=lower-lr"], "run complete")  # a new run, a lower lr
 
-    loss_fn, calls = update_module.get_policy_loss("dapo"), []
+    original, calls = Objective.loss, []
 
-    def nan_on_third_call(*args, **kwargs):  # a transient NaN: step 2's first mini-batch
+    def nan_on_third_call(self, tokens, norms):  # a transient NaN: step 2's first mini-batch
         calls.append(1)
-        loss, metrics = loss_fn(*args, **kwargs)
-        return (loss * float("nan") if len(calls) == 3 else loss), metrics
+        loss = original(self, tokens, norms)
+        if len(calls) == 3:
+            loss.value = loss.value * float("nan")
+        return loss
 
-    monkeypatch.setattr(update_module, "get_policy_loss", lambda name: nan_on_third_call)
+    monkeypatch.setattr(Objective, "loss", nan_on_third_call)
     [line] = errors_of(new_run(setup, "name=nan-stop"))
     assert "non-finite loss" in line and "skip such mini-batches with trainer.nonfinite=skip" in line
     calls.clear()

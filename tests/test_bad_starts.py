@@ -19,7 +19,7 @@ from conftest import micro_args, start_tsctl, tsctl, wait_paused
 from tsctl.io.faults import ENV, SIGNAL_ENV
 from tsctl.io.sinks import LoggerError
 from tsctl.models.builtin import builtin_dir
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 pytestmark = pytest.mark.slow
 

@@ -93,8 +93,9 @@ def test_a_ratio_that_seeds_another_ratios_count_is_refused_and_the_run_records_
 
 
 def test_a_setting_of_an_engine_the_points_do_not_run_is_no_change(tmp_path, warm):
-    # runs saved before engine.dtype and engine.enable_sleep_mode defaulted to null hold vLLM's old defaults; under
-    # engine=hf neither is read, so their sweep is skipped and a run resumes as before, while a key hf reads is a change
+    # runs saved before vLLM's dtype and enable_sleep_mode defaulted to null (and moved into the engine.vllm block)
+    # hold vLLM's old defaults at their old place, engine.dtype and engine.enable_sleep_mode; under engine=hf neither is read, so their sweep
+    # is skipped and a run resumes as before, while a key hf reads is a change
     runs = tmp_path / "runs"
     args = [*one_step(runs, warm), "seed=0,1", "name=old"]
     tsctl("ablate", *args)

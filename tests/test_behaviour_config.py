@@ -4,7 +4,7 @@ import pytest
 
 from conftest import tsctl
 from tsctl.config.errors import ConfigError
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ def test_bandit_pool_sigkill_then_resume_gives_the_same_arm_choices_and_metrics(
 
 @pytest.mark.parametrize("mode", ["exclude", "cap"])
 def test_trace_seeds_train_under_each_ratio_rule(micro, tmp_path, mode):
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
     from tsctl.tasks.registry import build_task
 
     task = build_task(compose_config(micro[2:]).cfg.task)

@@ -38,10 +38,11 @@ def test_cfg_job_names_the_engine_keys_the_chosen_engine_does_not_read():
 
     hf = runner.invoke(app, ["train", "--cfg", "job"]).output
     engine = yaml.safe_load(hf)["engine"]
-    assert (engine["name"], engine["dtype"], engine["enable_sleep_mode"], engine["max_model_len"]) == ("hf", None, None, None)
+    vllm = engine["vllm"]
+    assert (engine["name"], vllm["dtype"], vllm["enable_sleep_mode"], vllm["max_model_len"]) == ("hf", None, None, None)
     assert hf.rstrip().splitlines()[-1] == (
-        "# engine=hf does not read engine.dtype, engine.enable_sleep_mode, engine.enforce_eager, engine.gpu_memory_utilization, "
-        "engine.max_model_len, engine.tensor_parallel_size"
+        "# engine=hf does not read engine.vllm.gpu_memory_utilization, engine.vllm.tensor_parallel_size, engine.vllm.dtype, "
+        "engine.vllm.max_model_len, engine.vllm.enable_sleep_mode, engine.vllm.enforce_eager"
     )
     assert "does not read" not in runner.invoke(app, ["train", "engine=vllm", "--cfg", "job"]).output
 
@@ -71,19 +72,19 @@ def test_an_unknown_cfg_value_names_cfg_job_which_then_works():
 
 
 def test_ctrl_c_before_training_says_to_rerun_and_the_rerun_trains(tmp_path, model_cache, monkeypatch):
-    import tsctl.stages.compose
+    import tsctl.runconfig
 
     from conftest import micro_args
 
     args = ["train", *micro_args(tmp_path / "runs", model_cache)]
-    composed = tsctl.stages.compose.compose_config
+    composed = tsctl.runconfig.compose_config
 
     def ctrl_c(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tsctl.stages.compose, "compose_config", ctrl_c)
+    monkeypatch.setattr(tsctl.runconfig, "compose_config", ctrl_c)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130 and result.output.strip() == "interrupted; rerun the same command (with resume=true if its run folder exists)"
     assert not (tmp_path / "runs").exists()
-    monkeypatch.setattr(tsctl.stages.compose, "compose_config", composed)
+    monkeypatch.setattr(tsctl.runconfig, "compose_config", composed)
     assert CliRunner().invoke(app, args).exit_code == 0

@@ -3,7 +3,7 @@
 import pytest
 
 from tsctl.config.errors import ConfigError
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 
 def test_defaults_compose_to_the_documented_values():

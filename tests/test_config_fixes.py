@@ -24,7 +24,7 @@ CASES = [
     (["report.equivalence_margin=2"], ["null or 0 < margin < 1", "e.g. 0.02"], ["report.equivalence_margin=0.02"]),
     (["trainer.mini_batches=3"], ["must divide trainer.batch_size * trainer.n = 256"], ["trainer.mini_batches=4"]),
     (["trainer.schedule=linear"], ["unknown value 'linear'; choose one of constant, cosine"], ["trainer.schedule=cosine"]),
-    (["engine.max_new_tokens=64", "engine.max_model_len=64"], ["must exceed engine.max_new_tokens=64"], ["engine.max_model_len=65"]),
+    (["engine=vllm", "engine.max_new_tokens=64", "engine.vllm.max_model_len=64"], ["must exceed engine.max_new_tokens=64"], ["engine.vllm.max_model_len=65"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=1"], ["e.g. seeds.pool_size=4"], ["seeds.pool_size=4"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=4", "refresh=0"], ["set refresh > 0"], ["refresh=1"]),
     (["ratio=5"], ["use a ratio that is exact at trainer.n=8: ratio=0 (plain DAPO) or ratio=12.5, or trainer.n=20"], ["ratio=12.5"]),

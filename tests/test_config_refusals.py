@@ -134,7 +134,7 @@ def test_a_folder_where_a_file_is_expected_is_named_as_a_folder(tmp_path, key, e
 
 @pytest.mark.parametrize("key", ["task.file.train_path", "task.file.heldout_path"])
 def test_a_data_folder_where_a_file_is_expected_is_named_as_a_folder(tmp_path, key):
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
     from tsctl.tasks.records import DataError
     from tsctl.tasks.registry import build_task
 

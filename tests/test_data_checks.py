@@ -85,7 +85,7 @@ def test_held_out_prompts_that_are_train_prompts_are_refused_unless_allowed():
 
 def test_the_final_evaluation_refuses_an_empty_held_out_split():
     from tsctl.evaluation.scoring import final_eval
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
 
     class NoHeldOut:
         def problems(self, split):

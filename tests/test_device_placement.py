@@ -17,10 +17,11 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.bank import SeedBank
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
 from tsctl.trainer.optim import lr_lambda
+from tsctl.models.forward import Forward
 from tsctl.trainer.reference import reference_logprobs
 from tsctl.trainer.step import train_step
 
@@ -91,16 +92,16 @@ def test_the_reference_model_is_offloaded_between_forwards(tmp_path):
     cfg = compose_config([*BASE, "algo.ref_placement=offload"]).cfg
     tokenizer = build_char_tokenizer()
     ref = build_tiny_model(cfg.model.tiny, tokenizer, seed=0).eval()
-    from tsctl.models.batch import pack
+    from tsctl.models.batch import collate
     from tsctl.models.samples import Sample
 
     samples = [Sample(group=0, prompt_id="p", prompt_ids=[5, 6, 7], generated_ids=[8, 9], generated_logprobs=[0.0, 0.0], finished=True)] * 2
-    cpu_batch = pack(samples, torch.zeros(2), 0)
-    expected = reference_logprobs(ref, cpu_batch, cfg)
+    cpu_batch = collate(samples, torch.zeros(2), 0)
+    expected = reference_logprobs(ref, cpu_batch, Forward.of(cfg), cfg.algo.ref_placement)
     seen: list[torch.device] = []
     ref.get_decoder().register_forward_pre_hook(lambda module, args: seen.append(next(module.parameters()).device))
     with SimulatedDevice():
-        got = reference_logprobs(ref, pack(samples, torch.zeros(2), 0, DEVICE), cfg)
+        got = reference_logprobs(ref, collate(samples, torch.zeros(2), 0, DEVICE), Forward.of(cfg), cfg.algo.ref_placement)
         assert isinstance(got, OnDevice)
         got = got.cpu()
     assert set(seen) == {DEVICE} and next(ref.parameters()).device.type == "cpu"  # ran on the device, kept on the CPU

@@ -113,7 +113,7 @@ def test_a_documented_command_composes(doc, line, tmp_path, monkeypatch):
     command, *args = filled(tsctl_args(line))
     if command == "report":
         from tsctl.cli import quote_baseline
-        from tsctl.stages.compose import compose_config
+        from tsctl.runconfig import compose_config
 
         folder, *overrides = args
         assert re.fullmatch(r"runs/[\w.-]+/[\w.=-]+", folder), f"{folder} is not a run or sweep folder under runs/"

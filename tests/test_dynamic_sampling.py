@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tsctl.engines.base import Completion
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.base import Problem
 from tsctl.tasks.schedule import extra_prompts, step_prompts
 from tsctl.trainer.context import StepContext

@@ -10,7 +10,7 @@ from tsctl.engines.hf import HFEngine
 from tsctl.models.prompts import PromptFormatter, end_token_ids
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.generate import seed_columns
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 
 EOT, IM_START, IM_END = 256, 257, 258

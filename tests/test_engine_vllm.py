@@ -19,12 +19,11 @@ from fakes.qwen import save_qwen_folder
 from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines import vllm_platform
-from tsctl.engines.factory import build_engine
+from tsctl.engines.factory import build_engine, check_runs_here
 from tsctl.engines.hf import HFEngine
 from tsctl.engines.vllm import SEED_RANGE, VLLMEngine, build_prompts, build_sampling_params, engine_seed, to_completion
-from tsctl.engines.vllm_platform import check_runs_here
 from tsctl.models.prompts import PromptFormatter
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 EOT, IM_START, IM_END = 256, 257, 258
 
@@ -58,8 +57,8 @@ def test_missing_vllm_names_the_install_commands(monkeypatch):
 
 @pytest.mark.parametrize("overrides, cpu_build, message, fix", [
     ([], False, "finds no CUDA device, and the vLLM installed is its CUDA build", None),
-    (["engine.enable_sleep_mode=true"], True, "'engine.enable_sleep_mode': vLLM's CPU build has no sleep mode", "engine.enable_sleep_mode=false"),
-    (["engine.tensor_parallel_size=2"], True, "'engine.tensor_parallel_size': 2 needs CUDA devices", "engine.tensor_parallel_size=1"),
+    (["engine.vllm.enable_sleep_mode=true"], True, "'engine.vllm.enable_sleep_mode': vLLM's CPU build has no sleep mode", "engine.vllm.enable_sleep_mode=false"),
+    (["engine.vllm.tensor_parallel_size=2"], True, "'engine.vllm.tensor_parallel_size': 2 needs CUDA devices", "engine.vllm.tensor_parallel_size=1"),
 ])
 def test_what_vllm_cannot_run_on_the_cpu_is_refused_in_one_line(monkeypatch, overrides, cpu_build, message, fix):
     fake_vllm.install(monkeypatch, platform="cpu")
@@ -75,10 +74,10 @@ def test_what_vllm_cannot_run_on_the_cpu_is_refused_in_one_line(monkeypatch, ove
 
 def test_null_settings_follow_the_machine(monkeypatch):
     cfg = compose_config(["engine=vllm"]).cfg.engine
-    assert cfg.dtype is None and cfg.enable_sleep_mode is None
+    assert cfg.vllm.dtype is None and cfg.vllm.enable_sleep_mode is None
     for cuda, dtype, sleep in ((True, "bfloat16", True), (False, "float32", False)):
         monkeypatch.setattr(vllm_platform, "on_cuda", lambda: cuda)
-        assert (vllm_platform.dtype(cfg), vllm_platform.sleep_mode(cfg)) == (dtype, sleep)
+        assert (vllm_platform.dtype(cfg.vllm), vllm_platform.sleep_mode(cfg.vllm)) == (dtype, sleep)
 
 
 def test_prompts_are_prompt_then_prefix_ids():
@@ -117,7 +116,7 @@ def test_outputs_become_completions():
 def test_llm_gets_the_configured_engine(monkeypatch, folder, policy):
     model, formatter = policy
     engine = vllm_engine(
-        monkeypatch, folder, model, formatter, "engine.gpu_memory_utilization=0.3", "engine.max_model_len=200", "engine.batch_size=96"
+        monkeypatch, folder, model, formatter, "engine.vllm.gpu_memory_utilization=0.3", "engine.vllm.max_model_len=200", "engine.batch_size=96"
     )
     kwargs = engine.llm.kwargs
     assert kwargs["model"] == str(folder) and kwargs["seed"] == 7
@@ -138,9 +137,9 @@ def test_llm_gets_the_configured_engine(monkeypatch, folder, policy):
 
 
 @pytest.mark.parametrize("override, key", [
-    ("engine.dtype=float64", "engine.dtype"),
-    ("engine.max_model_len=48", "engine.max_model_len"),
-    ("engine.tensor_parallel_size=0", "engine.tensor_parallel_size"),
+    ("engine.vllm.dtype=float64", "engine.vllm.dtype"),
+    ("engine.vllm.max_model_len=48", "engine.vllm.max_model_len"),
+    ("engine.vllm.tensor_parallel_size=0", "engine.vllm.tensor_parallel_size"),
 ])
 def test_bad_engine_settings_are_refused(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -176,7 +175,7 @@ def test_under_torchrun_each_rank_runs_its_own_engine_in_the_job(monkeypatch, fo
     assert "data_parallel_size" not in kwargs  # vLLM's data-parallel ranks step in lockstep and hang on uneven generate calls
     assert kwargs["seed"] == engine_seed(7, 1) != 7 and 0 <= kwargs["seed"] < SEED_RANGE
     with pytest.raises(ValueError, match="tensor_parallel_size=2 under torchrun"):
-        vllm_engine(monkeypatch, folder, model, formatter, "engine.tensor_parallel_size=2")
+        vllm_engine(monkeypatch, folder, model, formatter, "engine.vllm.tensor_parallel_size=2")
     world.stop()
     assert engine.llm.events[-1] == ("shutdown",)  # vLLM's groups are torn down before the job's
 
@@ -193,8 +192,8 @@ def test_every_ranks_engine_seed_is_within_vllms_range():
 def test_tensor_parallel_vllm_under_torchrun_is_refused_when_the_config_is_checked(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
-    with pytest.raises(ConfigError, match="engine.tensor_parallel_size.*each rank runs its own vLLM engine"):
-        compose_config(["engine=vllm", "engine.tensor_parallel_size=2"])
+    with pytest.raises(ConfigError, match="engine.vllm.tensor_parallel_size.*each rank runs its own vLLM engine"):
+        compose_config(["engine=vllm", "engine.vllm.tensor_parallel_size=2"])
     compose_config(["engine=vllm"])  # one GPU per rank: fine
     monkeypatch.setenv("WORLD_SIZE", "1")
-    compose_config(["engine=vllm", "engine.tensor_parallel_size=2"])  # one process may split the model
+    compose_config(["engine=vllm", "engine.vllm.tensor_parallel_size=2"])  # one process may split the model

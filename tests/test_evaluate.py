@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from conftest import SHARED_DATA, tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TinyModelConfig
-from tsctl.evaluation import scores
+from tsctl.evaluation import benchmark_scores as scores
 from tsctl.evaluation.run_task import refuse_other_task
 from tsctl.evaluation.scoring import Scored
 from tsctl.evaluation.suites import load_suites
@@ -27,7 +27,7 @@ from tsctl.io.runs import RunError
 from tsctl.io.shards import read_shard
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.stages.eval import evaluate
 from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.records import DataError

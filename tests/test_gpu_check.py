@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tsctl.stages.compose import check
+from tsctl.runconfig import check
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
 KEYS = {

@@ -7,7 +7,7 @@ import pytest
 from tsctl.config.errors import ConfigError
 from tsctl.config.store import conf_dir
 from tsctl.stages.ablate import plan
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 PRESETS = sorted(p.stem for p in (conf_dir() / "preset").glob("*.yaml"))
 
@@ -51,7 +51,7 @@ def test_a_setting_that_cannot_take_effect_is_refused(overrides, key, words):
         ["ratio=25", "seeds.selector=bandit", "seeds.pool_size=4", "seeds.bandit=ucb", "seeds.bandit_c=2"],
         ["algo.overlong=penalty", "algo.overlong_buffer=4", "algo.dynamic_sampling=true", "algo.max_resample_rounds=5"],
         ["algo.rollout_correction=tis", "algo.rollout_correction_cap=3", "algo.kl_coef=0.01", "algo.ref_placement=cpu"],
-        ["trainer.nonfinite=skip", "trainer.max_nonfinite_skips=3", "engine.gpu_memory_utilization=0.3"],
+        ["trainer.nonfinite=skip", "trainer.max_nonfinite_skips=3", "engine.vllm.gpu_memory_utilization=0.3"],
         *[[f"+preset={p}", "task.file.train_path=data.jsonl", *ratio] for p in PRESETS for ratio in ([], ["ratio=25"])],
     ],
 )

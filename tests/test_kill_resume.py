@@ -19,8 +19,8 @@ from tsctl.cli import app
 from tsctl.io.checkpoints import STATE_FILE
 from tsctl.io.run_lock import LOCK_FILE
 from tsctl.seeds.bank import SeedBank
-from tsctl.stages.compose import compose_config
-from tsctl.stages.report.points import load_run
+from tsctl.runconfig import compose_config
+from tsctl.analysis.points import load_run
 
 SETTINGS = ["ratio=25", "refresh=2", "trainer.steps=4", "trainer.save_every=3", "trainer.keep_checkpoints=1"]
 """Seed windows 0..1 and 2..3; checkpoints at 2 (a window's first step), 3 (save_every) and 4 (the

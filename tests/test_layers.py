@@ -1,12 +1,15 @@
-"""The house: every import in src/tsctl points down the layers, no package imports in a cycle, files stay small.
+"""The house: every import in src/tsctl points down the layers, no package imports in a cycle, files stay small,
+and no function of the trainer takes more than 6 parameters.
 
 Layers, top to bottom (docs/ARCHITECTURE.md draws them):
 
 1. ``cli`` (and ``__main__``)
-2. ``stages`` (one module per command, the report package, the composition step)
-3. ``trainer``, ``seeds``, ``engines``, ``evaluation``
-4. ``algo``, ``tasks``, ``models``
-5. ``config``, ``distributed``, ``io``
+2. ``stages`` (one module per command)
+3. ``runconfig`` (every command's config: composed with the registries' settings blocks, checked), ``analysis``
+   (the statistics of finished runs, which commands and scripts read)
+4. ``trainer``, ``seeds``, ``engines``, ``evaluation``
+5. ``algo``, ``tasks``, ``models``
+6. ``config``, ``distributed``, ``io``
 
 A module may import from its own layer or below. Within a layer the packages are ordered too
 (``engines`` < ``seeds`` < ``trainer``; ``engines`` < ``evaluation``; ``algo`` < ``tasks`` < ``models``;
@@ -26,9 +29,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tsctl"
 LAYERS: dict[str, int] = {
     "cli": 1, "__main__": 1,
     "stages": 2,
-    "trainer": 3, "seeds": 3, "engines": 3, "evaluation": 3,
-    "algo": 4, "tasks": 4, "models": 4,
-    "config": 5, "distributed": 5, "io": 5,
+    "runconfig": 3, "analysis": 3,
+    "trainer": 4, "seeds": 4, "engines": 4, "evaluation": 4,
+    "algo": 5, "tasks": 5, "models": 5,
+    "config": 6, "distributed": 6, "io": 6,
 }
 """Layer of each room (top-level module or package of ``tsctl``)."""
 
@@ -45,7 +49,7 @@ SAME_LAYER: dict[str, set[str]] = {
 """The rooms of its own layer each room may import (none is allowed both ways)."""
 
 STAGE_RUNS: dict[str, set[str]] = {
-    "ablate": {"train", "report", "compose"},
+    "ablate": {"train"},
     "train": {"warmup"},
     "seed": {"warmup"},
     "rollout": {"warmup"},
@@ -54,6 +58,8 @@ STAGE_RUNS: dict[str, set[str]] = {
 """Stage modules that run another command (``tsctl ablate`` trains and reports; a base model is warmed up first)."""
 
 MAX_LINES = 350
+MAX_PARAMETERS = 6
+"""Most parameters of a function of ``trainer/`` (``self`` and ``cls`` not counted): more travel together in a context."""
 
 
 def modules() -> dict[str, Path]:
@@ -115,7 +121,7 @@ def test_stages_import_only_the_stages_they_run():
     for src, dst in edges():
         if room(src) == room(dst) == "stages" and src.split(".")[2:3] != dst.split(".")[2:3]:
             caller, callee = src.split(".")[2], dst.split(".")[2]
-            if callee not in STAGE_RUNS.get(caller, set()) and callee != "compose" and caller != "compose":
+            if callee not in STAGE_RUNS.get(caller, set()):
                 found.setdefault(caller, set()).add(callee)
     assert not found, f"stages importing stages they do not run: {found}"
 
@@ -146,6 +152,26 @@ def test_no_import_cycle_between_modules():
 def test_no_module_is_over_350_lines(path):
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(SRC)} has {lines} lines; split it by concern"
+
+
+def test_no_trainer_function_takes_more_than_6_parameters():
+    wide = []
+    for path in sorted((SRC / "trainer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)] + [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                names = [n for n in names if n not in ("self", "cls")]
+                if len(names) > MAX_PARAMETERS:
+                    wide.append(f"{path.relative_to(SRC)}:{node.lineno} {getattr(node, 'name', 'lambda')} takes {len(names)}")
+    assert not wide, "functions of trainer/ with more than 6 parameters:\n" + "\n".join(wide)
+
+
+def test_scripts_and_bench_import_no_command_module():
+    root = SRC.parents[1]
+    found = [f"{path.relative_to(root)} -> {name}" for folder in ("scripts", "bench") for path in sorted((root / folder).rglob("*.py"))
+             for name in sorted(imports(path)) if room(name) in ("stages", "cli", "__main__")]
+    assert not found, "scripts and bench import command modules:\n" + "\n".join(found)
 
 
 def test_the_checks_see_an_upward_import(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from transformers import (
     LlamaForCausalLM,
 )
 
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.loading import ModelLoadError
 from tsctl.models.logits import known_head, logits_head
 from tsctl.models.logprobs import response_logprobs
@@ -59,7 +59,7 @@ def test_trainer_logprobs_equal_the_models_own_forward(name, share_prompts):
     model = model_class._from_config(config(), attn_implementation=attention).eval()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(30)  # random-init logits are tiny: make them O(1)
-    batch = pack(SAMPLES, torch.zeros(len(SAMPLES)), 0)
+    batch = collate(SAMPLES, torch.zeros(len(SAMPLES)), 0)
     with torch.no_grad():
         logprobs, _ = response_logprobs(model, batch, share_prompts=share_prompts)
         plain = model.get_output_embeddings()(model.get_decoder()(input_ids=batch.input_ids[:1, :6]).last_hidden_state)
@@ -100,5 +100,5 @@ def test_prompts_are_not_shared_past_a_sliding_window():
     # Rows longer than the window run whole, where the model applies its own window: still exact.
     long_samples = [sample([5, 6, 7], [8, 9, 10, 11, 12, 13]), sample([5, 6, 7], [14])]
     with torch.no_grad():
-        logprobs, _ = response_logprobs(model.eval(), pack(long_samples, torch.zeros(2), 0))
+        logprobs, _ = response_logprobs(model.eval(), collate(long_samples, torch.zeros(2), 0))
         torch.testing.assert_close(logprobs[0], own_forward_logprobs(model, long_samples[0]), atol=1e-5, rtol=0)

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from tsctl.engines.hf import HFEngine
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.bank import SeedBank
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
 from tsctl.trainer.optim import lr_lambda
@@ -95,7 +95,7 @@ def test_the_gap_counts_generated_tokens_only():
                prefix_ids=[3, 4], prefix_logprobs=[-9.0, -9.0]),
         Sample(group=0, prompt_id="p", prompt_ids=[1, 2], generated_ids=[7], generated_logprobs=[-0.5], finished=True),
     ]
-    batch = pack(samples, torch.zeros(2), 0)
+    batch = collate(samples, torch.zeros(2), 0)
     engine = engine_logprobs(samples, batch)
     assert engine.tolist() == [[0.0, 0.0, -1.0, -2.0], [-0.5, 0.0, 0.0, 0.0]]
     trainer = torch.tensor([[-5.0, -5.0, -1.5, -2.0], [-0.25, 3.0, 3.0, 3.0]])  # prefix and padding values must not count

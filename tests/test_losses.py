@@ -1,15 +1,14 @@
-"""Policy losses, their metrics and normalisers."""
+"""Policy losses, their metrics, the aggregations and their normalisers."""
+
+import functools
 
 import pytest
 import torch
 
-from tsctl.algo.losses import (
-    AGGREGATIONS,
-    clipped_objective,
-    get_policy_loss,
-    kl_penalty_k3,
-    loss_norms,
-)
+from loss_terms import policy_term
+from tsctl.algo.aggregations import AGGREGATIONS, loss_norms
+from tsctl.algo.losses import POLICY_LOSSES, ppo_clip, token_log_ratio
+from tsctl.algo.objective import kl_penalty_k3
 
 CLIPS = dict(clip_low=0.2, clip_high=0.28)
 
@@ -38,9 +37,7 @@ ROW1_NO_DUAL = 1.6 + 3.0 + 8.0 + 2.0
 
 def run(name, logprobs, old, adv, mask, clip_c, norms_mask=None):
     token_norm, seq_norm = loss_norms(mask if norms_mask is None else norms_mask)
-    return get_policy_loss(name)(
-        logprobs, old, adv, mask, **CLIPS, clip_c=clip_c, token_norm=token_norm, seq_norm=seq_norm
-    )
+    return policy_term(name, logprobs, old, adv, mask, **CLIPS, clip_c=clip_c, token_norm=token_norm, seq_norm=seq_norm)
 
 
 def test_dapo_hand_values_with_and_without_dual_clip():
@@ -149,7 +146,7 @@ def test_micro_batch_split_equals_unsplit(name, split):
     mask = torch.arange(t) < lengths.unsqueeze(-1)
     token_norm, seq_norm = loss_norms(mask)
     kw = dict(**CLIPS, clip_c=3.0, token_norm=token_norm, seq_norm=seq_norm)
-    fn = get_policy_loss(name)
+    fn = functools.partial(policy_term, name)
 
     full, _ = fn(policy(x), old, adv, mask, **kw)
     full.backward()
@@ -181,16 +178,16 @@ def test_loss_norms_and_empty_batch():
 
 
 def test_registry():
-    assert AGGREGATIONS.names() == ("dapo", "grpo")
+    assert {"dapo", "grpo"} <= set(AGGREGATIONS.names()) and {"vanilla", "gspo", "cispo"} <= set(POLICY_LOSSES.names())
     with pytest.raises(ValueError, match=r"unknown loss aggregation 'ppo'; valid: dapo, grpo"):
-        get_policy_loss("ppo")
+        AGGREGATIONS.get("ppo")
     with pytest.raises(ValueError, match="already registered"):
         AGGREGATIONS.register("dapo")(lambda *a, **k: None)
 
 
 def test_dapo_and_grpo_share_the_clipped_objective_and_differ_in_aggregation():
     logprobs, old, adv, mask = hand_batch()
-    per_token, _ = clipped_objective(logprobs, old, adv, **CLIPS, clip_c=3.0)
+    per_token, _ = ppo_clip(token_log_ratio(logprobs, old), adv, **CLIPS, clip_c=3.0)
     torch.testing.assert_close(per_token[mask].sum(), torch.tensor(ROW0 + ROW1_DUAL))
     dapo, dapo_metrics = run("dapo", logprobs, old, adv, mask, clip_c=3.0)
     grpo, grpo_metrics = run("grpo", logprobs, old, adv, mask, clip_c=3.0)

@@ -14,7 +14,7 @@ from test_report import fake_run
 from conftest import tsctl
 from tsctl.evaluation.nan_warnings import eval_warnings, nonfinite, run_warnings
 from tsctl.evaluation.table import print_results
-from tsctl.stages.report import report
+from tsctl.analysis.report import report
 
 NAN = float("nan")
 
@@ -75,7 +75,7 @@ def test_report_warns_on_the_console_and_in_the_summary(tmp_path: Path, capsys: 
 def test_eval_of_a_nan_checkpoint_says_so(micro: list[str], tmp_path: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
     from tsctl.stages.warmup import base_model_path
 
     base = base_model_path(compose_config(micro).cfg)

@@ -11,10 +11,10 @@ from safetensors.torch import load_file
 from test_update import PAD, config, rows, run_update, tiny_model
 
 from conftest import metrics as run_metrics, tsctl
+from tsctl.algo.objective import Objective
 from tsctl.config.errors import ConfigError
-from tsctl.models.batch import pack
-from tsctl.stages.compose import compose_config
-from tsctl.trainer import update as update_module
+from tsctl.models.batch import collate
+from tsctl.runconfig import compose_config
 from tsctl.trainer.nonfinite import NonFiniteError, NonFiniteGuard
 
 
@@ -79,7 +79,7 @@ def nan_row_batch():
     """Eight rows whose fourth has a NaN advantage (its mini-batch's loss is NaN)."""
     adv = torch.linspace(-1, 1, 8)
     adv[3] = float("nan")
-    return pack(rows(8), adv, PAD)
+    return collate(rows(8), adv, PAD)
 
 
 def test_policy_update_stops_before_the_bad_step_is_applied():
@@ -102,7 +102,7 @@ def test_policy_update_skips_the_bad_mini_batch_and_keeps_its_metrics_out():
     assert all(torch.isfinite(torch.tensor(v)) for v in means.values())
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
     # the default run logs no skip count (there are none to count)
-    assert "nonfinite_skips" not in run_update(tiny_model(), pack(rows(8), torch.linspace(-1, 1, 8), PAD), config(2))[0].means()
+    assert "nonfinite_skips" not in run_update(tiny_model(), collate(rows(8), torch.linspace(-1, 1, 8), PAD), config(2))[0].means()
 
 
 def test_config_keys_are_validated():
@@ -127,14 +127,16 @@ def test_a_nan_at_step_three_keeps_the_good_checkpoints_and_fails_the_run(micro,
     from tsctl.stages.train import train
 
     calls = []
-    loss_fn = update_module.get_policy_loss("dapo")
+    original = Objective.loss
 
-    def nan_from_fifth_call(*args, **kwargs):  # 2 mini-batches a step: call 5 is step 3's first
+    def nan_from_fifth_call(self, tokens, norms):  # 2 mini-batches a step: call 5 is step 3's first
         calls.append(1)
-        loss, metrics = loss_fn(*args, **kwargs)
-        return (loss * float("nan") if len(calls) >= 5 else loss), metrics
+        loss = original(self, tokens, norms)
+        if len(calls) >= 5:
+            loss.value = loss.value * float("nan")
+        return loss
 
-    monkeypatch.setattr(update_module, "get_policy_loss", lambda name: nan_from_fifth_call)
+    monkeypatch.setattr(Objective, "loss", nan_from_fifth_call)
     composed = compose_config([*micro, "name=nan", "trainer.steps=4", "trainer.save_every=1", "trainer.keep_checkpoints=0", "trainer.eval_every=0"])
     with pytest.raises(NonFiniteError, match="step 3, mini-batch 1"):
         train(composed)

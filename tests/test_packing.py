@@ -8,13 +8,15 @@ from conftest import stable_metrics
 from test_shared_prompts import PAD, tiny_model
 
 from tsctl.config.schema import TsctlConfig
-from tsctl.models.batch import old_logprobs, pack
-from tsctl.models.logprobs import enable_activation_checkpointing, forward_tokens, recompute, response_logprobs
+from tsctl.models.batch import collate, pi_b_on_prefix
+from tsctl.models.forward import Forward
+from tsctl.models.logprobs import enable_activation_checkpointing, response_logprobs, token_stats
 from tsctl.models.micro_batches import micro_batches
-from tsctl.models.packing import CONTEXT, attention_rows, pack_rows, packed_hidden, packed_tokens, packing_kind
+from tsctl.models.packing import CONTEXT, attention_rows, pack_rows, packed_hidden, packing_kind
 from tsctl.models.samples import Sample
-from tsctl.stages.compose import compose_config
-from tsctl.trainer.update import policy_update
+from tsctl.runconfig import compose_config
+from update_context import update as update_step
+from update_context import update_context
 
 TOL = 1e-5
 
@@ -37,7 +39,7 @@ BATCH = [
 
 
 def batch_of(samples: list[Sample]):
-    return pack(samples, torch.linspace(-1, 1, len(samples)), PAD)
+    return collate(samples, torch.linspace(-1, 1, len(samples)), PAD)
 
 
 def logprobs_and_grads(model, batch, **kwargs):
@@ -65,7 +67,7 @@ def test_packed_rows_give_the_padded_logprobs_entropies_and_gradients(attention,
         enable_activation_checkpointing(model)
     batch = batch_of(BATCH)
     padded = logprobs_and_grads(model, batch, share_prompts=False)
-    packed = logprobs_and_grads(model, batch, share_prompts=share, pack=True)
+    packed = logprobs_and_grads(model, batch, share_prompts=share, padding_free=True)
     assert_same(padded, packed, batch.resp_mask)
     assert (packed[0][~batch.resp_mask] == 0).all() and (packed[1][~batch.resp_mask] == 0).all()
     assert model.config._attn_implementation == attention  # switched back after the row-by-row forward
@@ -125,13 +127,11 @@ def test_the_packed_token_budget_counts_real_tokens():
     assert [c.tolist() for c in micro_batches(torch.arange(5), lengths, max_tokens=14)] == [[4], [0], [2, 3], [1]]  # padded: rows x longest
 
 
-def test_forward_tokens_count_the_packed_segments():
+def test_the_forward_counts_the_packed_segments():
     model = tiny_model()
     batch = batch_of(BATCH)
-    assert forward_tokens(model, batch, share_prompts=False, pack=True) == pack_rows(batch, share=False).tokens
-    assert forward_tokens(model, batch, share_prompts=True, pack=True) == pack_rows(batch, share=True).tokens
-    for kind, share in (("mask", True), ("mask", False), ("varlen", False)):
-        assert packed_tokens(batch, share, kind) == pack_rows(batch, share, kind).tokens
+    assert token_stats(model, batch, share_prompts=False, padding_free=True).tokens == pack_rows(batch, share=False).tokens
+    assert token_stats(model, batch, share_prompts=True, padding_free=True).tokens == pack_rows(batch, share=True).tokens
 
 
 def test_what_each_attention_runs():
@@ -149,8 +149,8 @@ def test_what_each_attention_runs():
 def test_recompute_packed_equals_padded_with_a_token_budget():
     model = tiny_model().eval()
     batch = batch_of(BATCH)
-    padded = recompute(model, batch, 0.7, micro_batch_tokens=40)
-    packed = recompute(model, batch, 0.7, micro_batch_tokens=40, pack=True)
+    padded = Forward(0.7, micro_batch_tokens=40).recompute(model, batch)
+    packed = Forward(0.7, micro_batch_tokens=40, padding_free=True).recompute(model, batch)
     mask = batch.resp_mask
     for a, b in zip(padded, packed):
         torch.testing.assert_close(b[mask], a[mask], rtol=0, atol=TOL)
@@ -178,12 +178,13 @@ def update(packed: bool, micro_tokens: int, kl: bool):
     cfg.trainer.micro_batch_tokens, cfg.trainer.pack = micro_tokens, packed
     cfg.algo.entropy_coef, cfg.algo.clip_c = 0.01, 3.0
     cfg.algo.kl_coef = 0.1 if kl else 0.0
+    cfg.ratio = 25  # seeded: prefix tokens get their dual clip
     with torch.no_grad():
-        old = old_logprobs(recompute(model, batch, 0.7)[0] - 0.05 * torch.linspace(-1, 1, batch.resp_mask.numel()).view_as(batch.resp_mask), batch)
+        old = pi_b_on_prefix(Forward(0.7).recompute(model, batch)[0] - 0.05 * torch.linspace(-1, 1, batch.resp_mask.numel()).view_as(batch.resp_mask), batch)
     ref = old - 0.1 if kl else None
     optimizer = RecordingSGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    metrics = policy_update(model, optimizer, scheduler, batch, old, cfg, torch.Generator().manual_seed(0), ref, seeded=True)
+    metrics = update_step(update_context(cfg, model, optimizer, scheduler), batch, old, ref)
     return metrics.means(), optimizer.grads
 
 

@@ -7,18 +7,18 @@ from tsctl.config.errors import ConfigError
 from tsctl.engines.base import SamplingParams
 from tsctl.engines.hf import HFEngine
 from tsctl.engines.own_logprobs import uses_engine_logprobs
-from tsctl.models.batch import pack
-from tsctl.models.logprobs import recompute
+from tsctl.models.batch import collate
+from tsctl.models.forward import Forward
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import PREFIX
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.generate import seed_columns
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
-from tsctl.trainer.rollout import collect_groups
+from tsctl.trainer.rollout import Sampler, collect_groups
 
 OVERRIDES = ["model=micro", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=16", "ratio=50", "truncation=fixed", "seeds.fraction=0.5"]
 
@@ -38,7 +38,7 @@ def mixed_samples(setup, temperature: float):
     problems = list(task.problems("train"))[:4]
     seeds = seeds_from_table(seed_columns(model, engine, fmt, task, problems, 2, cfg, checkpoint="now", checkpoint_step=0, sample_seed=3))
     params = SamplingParams(temperature=temperature, max_new_tokens=16, seed=5)
-    return collect_groups(problems, [seeds[2 * i : 2 * i + 2] for i in range(4)], 4, engine, fmt, task, params)
+    return collect_groups(Sampler(engine, fmt, task), problems, [seeds[2 * i : 2 * i + 2] for i in range(4)], 4, params)
 
 
 @pytest.mark.parametrize("temperature", [0.6, 1.0, 0.0])
@@ -46,9 +46,9 @@ def test_engine_log_probs_and_entropies_equal_a_recompute(setup, temperature):
     cfg, model, fmt, *_ = setup
     samples = mixed_samples(setup, temperature)
     assert any(s.seeded for s in samples) and any(not s.seeded for s in samples)
-    batch = pack(samples, torch.zeros(len(samples)), fmt.pad_id)
+    batch = collate(samples, torch.zeros(len(samples)), fmt.pad_id)
     logprobs, entropy = pi_old.engine_stats(samples, batch)
-    expected_lp, expected_ent = recompute(model, batch, temperature or 1.0, micro_batch_size=5)
+    expected_lp, expected_ent = Forward(temperature or 1.0, micro_batch_size=5).recompute(model, batch)
     generated = batch.resp_mask & (batch.source != PREFIX)
     torch.testing.assert_close(logprobs[generated], expected_lp[generated], atol=1e-4, rtol=0)
     # Entropies at every response token, prefix tokens included (those come from the engine's prefill).
@@ -59,9 +59,9 @@ def test_engine_log_probs_and_entropies_equal_a_recompute(setup, temperature):
 def test_micro_batched_recompute_equals_the_whole_batch(setup):
     *_, fmt, _, _ = setup
     samples = mixed_samples(setup, 0.6)
-    batch = pack(samples, torch.zeros(len(samples)), fmt.pad_id)
-    whole = recompute(setup[1], batch, 0.6, micro_batch_size=0)
-    split = recompute(setup[1], batch, 0.6, micro_batch_size=3)
+    batch = collate(samples, torch.zeros(len(samples)), fmt.pad_id)
+    whole = Forward(0.6).recompute(setup[1], batch)
+    split = Forward(0.6, micro_batch_size=3).recompute(setup[1], batch)
     for a, b in zip(whole, split):
         torch.testing.assert_close(a * batch.resp_mask, b * batch.resp_mask, atol=1e-5, rtol=0)
 
@@ -106,4 +106,4 @@ def test_samples_without_entropies_get_a_clear_error(setup):
     samples = mixed_samples(setup, 0.6)
     samples[0].entropies = []
     with pytest.raises(ValueError, match="old_logprobs=recompute"):
-        pi_old.engine_stats(samples, pack(samples, torch.zeros(len(samples)), fmt.pad_id))
+        pi_old.engine_stats(samples, collate(samples, torch.zeros(len(samples)), fmt.pad_id))

@@ -10,7 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 from tsctl.algo.advantages import ADVANTAGES, group_advantages
-from tsctl.algo.losses import POLICY_LOSSES, clipped_objective, dual_clip_bounds, get_policy_loss
+from loss_terms import policy_term
+from tsctl.algo.losses import POLICY_LOSSES, dual_clip_bounds, ppo_clip, token_log_ratio
 from tsctl.algo.reinforce_pp import reinforce_pp_advantages
 from tsctl.algo.rloo import rloo_advantages
 from tsctl.cli import app
@@ -29,7 +30,7 @@ def gspo_batch():
 def test_gspo_clips_one_ratio_per_sequence_and_keeps_token_gradients():
     logprobs, old, adv, mask = gspo_batch()
     none = torch.zeros(2, 3, dtype=torch.bool)
-    loss, m = get_policy_loss("dapo")(logprobs, old, adv, mask, policy_loss="gspo", prefix=none, **CLIPS, token_norm=5.0, seq_norm=2.0)
+    loss, m = policy_term("dapo", logprobs, old, adv, mask, policy_loss="gspo", prefix=none, **CLIPS, token_norm=5.0, seq_norm=2.0)
     # s_0 = exp(0.3) = 1.3499 > 1.28 with A > 0: every token clipped at -1.28; s_1 = exp(-0.15) = 0.8607 in range: 2 * s_1.
     s1 = math.exp(-0.15)
     assert m["ratio"][0].tolist() == pytest.approx([math.exp(0.3)] * 3) and m["ratio"][1, :2].tolist() == pytest.approx([s1] * 2)
@@ -37,7 +38,7 @@ def test_gspo_clips_one_ratio_per_sequence_and_keeps_token_gradients():
     assert loss.item() == pytest.approx((3 * -1.28 + 2 * 2 * s1) / 5)
     loss.backward()  # d/d logp_t = -A s_i / token_norm on unclipped tokens; 0 on the clipped row and the masked token
     torch.testing.assert_close(logprobs.grad, torch.tensor([[0.0, 0.0, 0.0], [2 * s1 / 5, 2 * s1 / 5, 0.0]]))
-    grpo, _ = get_policy_loss("grpo")(logprobs, old, adv, mask, policy_loss="gspo", prefix=none, **CLIPS, token_norm=5.0, seq_norm=2.0)
+    grpo, _ = policy_term("grpo", logprobs, old, adv, mask, policy_loss="gspo", prefix=none, **CLIPS, token_norm=5.0, seq_norm=2.0)
     assert grpo.item() == pytest.approx((-1.28 + 2 * s1) / 2)  # the paper's sequence-mean
 
 
@@ -50,14 +51,14 @@ def test_gspo_leaves_prefix_tokens_out_of_the_sequence_ratio():
     assert POLICY_LOSSES.needs("gspo").prefix_clip and POLICY_LOSSES.needs("vanilla").prefix_clip
 
 
-def test_vanilla_is_the_clipped_objective_exactly():
+def test_vanilla_is_ppo_clip_of_the_token_ratio_exactly():
     torch.manual_seed(0)
     logprobs, old = torch.randn(3, 5), torch.randn(3, 5)
     prefix = torch.rand(3, 5) < 0.4
     adv = torch.randn(3)
     clip_c = dual_clip_bounds(prefix, None, 3.0)
     got, got_m = POLICY_LOSSES.get("vanilla")(logprobs, old, adv, torch.ones(3, 5, dtype=torch.bool), prefix=prefix, **CLIPS, clip_c=clip_c)
-    want, want_m = clipped_objective(logprobs, old, adv, **CLIPS, clip_c=clip_c)
+    want, want_m = ppo_clip(token_log_ratio(logprobs, old), adv, **CLIPS, clip_c=clip_c)
     assert torch.equal(got, want) and all(torch.equal(got_m[k], want_m[k]) for k in want_m)
 
 

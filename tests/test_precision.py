@@ -11,15 +11,14 @@ from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.hf import HFEngine
 from tsctl.engines.own_logprobs import uses_engine_logprobs
-from tsctl.models.batch import old_logprobs, pack
-from tsctl.models.logprobs import recompute_for
+from tsctl.models.batch import collate, pi_b_on_prefix
+from tsctl.models.forward import Forward
 from tsctl.models.precision import autocast, require_fp32_master, resolve_compute_dtype
 from tsctl.models.samples import Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
-from tsctl.seeds.base import uses_seeds
-from tsctl.stages.compose import compose_config
-from tsctl.trainer.update import policy_update
+from tsctl.runconfig import compose_config
+from update_context import update, update_context
 
 OVERRIDES = ["model=micro", "trainer=micro", "trainer.batch_size=2", "trainer.n=4", "trainer.mini_batches=1", "trainer.lr=1e-6", "trainer.warmup_steps=0"]
 
@@ -31,17 +30,17 @@ def batch_of_samples():
                generated_logprobs=[0.0] * (1 + i % 3), finished=True)
         for i in range(8)
     ]
-    return pack(samples, torch.tensor([1.0, -1.0, 0.5, -0.5] * 2), 0)
+    return collate(samples, torch.tensor([1.0, -1.0, 0.5, -0.5] * 2), 0)
 
 
 def one_update(model, overrides: list[str], hooks: dict | None = None) -> None:
     """One AdamW step of :func:`policy_update` at lr 1e-6 on a fixed batch."""
     cfg = compose_config([*OVERRIDES, *overrides]).cfg
     batch = batch_of_samples()
-    old, _ = recompute_for(cfg, model, batch)
+    old, _ = Forward.of(cfg).recompute(model, batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.trainer.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    policy_update(model, optimizer, scheduler, batch, old_logprobs(old, batch), cfg, torch.Generator().manual_seed(0), seeded=uses_seeds(cfg))
+    update(update_context(cfg, model, optimizer, scheduler), batch, pi_b_on_prefix(old, batch))
 
 
 def tiny(dtype: torch.dtype = torch.float32):

@@ -9,18 +9,20 @@ import torch
 from test_losses import verl_vanilla_token_mean
 from test_update import PAD, config, rows, run_update, tiny_model
 
-from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, loss_norms
+from loss_terms import policy_term
+from tsctl.algo.aggregations import loss_norms
+from tsctl.algo.losses import dual_clip_bounds
 from tsctl.config.errors import ConfigError
-from tsctl.models.batch import old_logprobs, pack
-from tsctl.models.logprobs import recompute
-from tsctl.stages.compose import compose_config
+from tsctl.models.batch import collate, pi_b_on_prefix
+from tsctl.models.forward import Forward
+from tsctl.runconfig import compose_config
 
 CLIPS = dict(clip_low=0.2, clip_high=0.28)
 
 
 def dapo(logprobs, old, adv, mask, clip_c):
     token_norm, seq_norm = loss_norms(mask)
-    return get_policy_loss("dapo")(logprobs, old, adv, mask, **CLIPS, clip_c=clip_c, token_norm=token_norm, seq_norm=seq_norm)
+    return policy_term("dapo", logprobs, old, adv, mask, **CLIPS, clip_c=clip_c, token_norm=token_norm, seq_norm=seq_norm)
 
 
 def test_a_stale_prefix_token_with_negative_advantage_is_bounded():
@@ -97,7 +99,7 @@ def stale_batch():
     samples = rows(9, prefix=True)
     for s in samples:
         s.prefix_logprobs = [-30.0] * len(s.prefix_ids)
-    return pack(samples, -torch.ones(9), PAD)
+    return collate(samples, -torch.ones(9), PAD)
 
 
 def test_the_trainer_bounds_stale_prefix_tokens_by_default():
@@ -106,7 +108,7 @@ def test_the_trainer_bounds_stale_prefix_tokens_by_default():
     cfg = config(1)
     cfg.ratio = 25.0
     assert cfg.algo.prefix_clip_c == 3.0 and cfg.algo.clip_c is None
-    old = old_logprobs(recompute(model, batch, 1.0, 0)[0], batch)
+    old = pi_b_on_prefix(Forward(1.0).recompute(model, batch)[0], batch)
     means = run_update(model, batch, cfg, old=old)[0].means()
     assert means["pg_loss/max"] == pytest.approx(3.0)  # -A * 3 on the stale prefix tokens
     assert means["clip_dual"] == pytest.approx(6 / int(batch.resp_mask.sum()))

@@ -9,7 +9,7 @@ import pytest
 from conftest import tsctl
 from tsctl.config.errors import ConfigError
 from tsctl.config.store import conf_dir
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.benchmarks import available_benchmarks
 
 PRESETS = sorted(p.stem for p in (conf_dir() / "preset").glob("*.yaml"))
@@ -42,8 +42,8 @@ def test_presets_are_dapo_on_qwen_math_with_the_six_benchmarks(preset):
     al, tr, e = cfg.algo, cfg.trainer, cfg.engine
     assert (al.loss, al.clip_low, al.clip_high, al.kl_coef, al.overlong, al.dynamic_sampling) == ("dapo", 0.2, 0.28, 0.0, "penalty", True)
     assert (tr.lr, tr.batch_size, tr.n, tr.batch_size * tr.n // tr.mini_batches) == (1e-6, 512, 16, 512)
-    assert (e.name, e.dtype, e.enable_sleep_mode, e.temperature) == ("vllm", "bfloat16", True, 1.0)
-    assert e.max_new_tokens + 512 <= e.max_model_len == 4096  # room for the prompt in Qwen2.5-Math's 4k context
+    assert (e.name, e.vllm.dtype, e.vllm.enable_sleep_mode, e.temperature) == ("vllm", "bfloat16", True, 1.0)
+    assert e.max_new_tokens + 512 <= e.vllm.max_model_len == 4096  # room for the prompt in Qwen2.5-Math's 4k context
     assert (cfg.task.name, cfg.task.file.question_field, cfg.task.file.answer_field) == ("file", "problem", "answer")
     assert sorted(cfg.eval.benchmarks) == sorted(available_benchmarks()) and len(cfg.eval.benchmarks) == 6
     overridden = compose_config([f"+preset={preset}", "task.file.train_path=data.jsonl", "trainer.n=8", "ratio=25"]).cfg

@@ -11,7 +11,7 @@ from tsctl.io.runs import config_changes
 from tsctl.models.prompt_fit import FittingTask, PromptRoom, fitting
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tokenizer import build_char_tokenizer
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.base import Problem
 from tsctl.trainer.rollout import prompt_room
 

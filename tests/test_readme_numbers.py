@@ -17,7 +17,7 @@ import torch
 import transformers
 from conftest import metrics, micro_args
 
-from tsctl.io.arithmetic import KEYS
+from tsctl.io.rounding import KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "readme_numbers.py"

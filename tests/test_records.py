@@ -10,8 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.schema import FileTaskConfig
-from tsctl.tasks.file_task import FileTask
+from tsctl.tasks.file_task import FileTask, FileTaskSettings
 from tsctl.tasks.records import DataError, gold_answer, read_records
 
 FIELDS = {"question": "question", "answer": "answer"}
@@ -140,7 +139,7 @@ def test_parquet_rows_are_numbered_from_one(tmp_path: Path) -> None:
 
 def test_file_task_from_jsonl_splits_deterministically(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "train.jsonl", problems(20))
-    cfg = FileTaskConfig(train_path=str(path), heldout_fraction=0.25)
+    cfg = FileTaskSettings(train_path=str(path), heldout_fraction=0.25)
     task = FileTask(cfg, data_seed=7)
     train, heldout = task.problems("train"), task.problems("heldout")
     assert (len(train), len(heldout)) == (15, 5)
@@ -160,7 +159,7 @@ def test_file_task_from_parquet_with_heldout_file(tmp_path: Path) -> None:
     for name, count in (("train", 6), ("heldout", 3)):
         rows = [{"problem": f"q{i}", "ans": f"{i}/2"} for i in range(count)]
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{name}.parquet")
-    cfg = FileTaskConfig(
+    cfg = FileTaskSettings(
         train_path=str(tmp_path / "train.parquet"),
         heldout_path=str(tmp_path / "heldout.parquet"),
         question_field="problem",
@@ -178,15 +177,15 @@ def test_file_task_from_parquet_with_heldout_file(tmp_path: Path) -> None:
 
 def test_file_task_errors_name_the_config_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="task.file.train_path"):
-        FileTask(FileTaskConfig(), data_seed=0)
+        FileTask(FileTaskSettings(), data_seed=0)
     path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "q", "answer": "1"}])
     with pytest.raises(DataError, match="line 1: .*set task.file.question_field="):
-        FileTask(FileTaskConfig(train_path=str(path)), data_seed=0)
+        FileTask(FileTaskSettings(train_path=str(path)), data_seed=0)
     with pytest.raises(ValueError, match="grader"):
-        FileTask(FileTaskConfig(train_path=str(path), grader="fuzzy"), data_seed=0)
+        FileTask(FileTaskSettings(train_path=str(path), grader="fuzzy"), data_seed=0)
 
 
 def test_file_task_skip_mode_counts(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", problems(10), raw_lines={4: "{"})
-    task = FileTask(FileTaskConfig(train_path=str(path), heldout_fraction=0.0), data_seed=0, on_bad_row="skip")
+    task = FileTask(FileTaskSettings(train_path=str(path), heldout_fraction=0.0), data_seed=0, on_bad_row="skip")
     assert (len(task.problems("train")), len(task.problems("heldout")), task.skipped) == (9, 0, 1)

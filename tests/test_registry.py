@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 
 from tsctl.algo.advantages import ADVANTAGES
-from tsctl.algo.losses import AGGREGATIONS, POLICY_LOSSES
+from tsctl.algo.aggregations import AGGREGATIONS
+from tsctl.algo.losses import POLICY_LOSSES
 from tsctl.algo.rollout_correction import CORRECTIONS
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
-from tsctl.engines.factory import ENGINES
+from tsctl.engines.registry import ENGINES
 from tsctl.seeds.selectors import SELECTORS
 from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import STRATEGIES
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
+from tsctl.runconfig.registries import REGISTRIES as REGISTRIES_OF_RUNCONFIG
 from tsctl.tasks.registry import TASKS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tsctl"
@@ -91,7 +93,9 @@ def test_every_registry_backed_key_is_checked_against_its_registry(key):
 def test_every_registry_of_the_package_has_its_key():
     kinds = {node.args[0].value for path in SRC.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Registry"}
-    assert kinds == {r.kind for r in KEYS.values()}, "a new registry needs its key in KEYS (and a one_of in stages/compose.py)"
+    assert kinds == {r.kind for r in KEYS.values()}, "a new registry needs its key in KEYS (and in runconfig/registries.py)"
+    assert {key: r.key for key, r in KEYS.items()} == {key: key for key in KEYS}
+    assert set(REGISTRIES_OF_RUNCONFIG) == set(KEYS.values())
 
 
 def compared_names(tree: ast.AST, names: set[str], attr: str) -> list[tuple[int, str]]:

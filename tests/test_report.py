@@ -10,9 +10,9 @@ import yaml
 
 from conftest import tsctl
 from tsctl.config.errors import ConfigError
-from tsctl.stages.report import report
-from tsctl.stages.report.compare import baseline_of, compare, default_baseline, problem_scores, summarize
-from tsctl.stages.report.points import find_runs, group_points
+from tsctl.analysis.report import report
+from tsctl.analysis.compare import baseline_of, compare, default_baseline, problem_scores, summarize
+from tsctl.analysis.points import find_runs, group_points
 
 STEPS = 10
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tsctl.stages.report import report
-from tsctl.stages.report.attribution import attribution_rows, run_attribution
-from tsctl.stages.report.attribution_plots import arm_shares
-from tsctl.stages.report.points import find_runs, group_points
+from tsctl.analysis.report import report
+from tsctl.analysis.attribution import attribution_rows, run_attribution
+from tsctl.analysis.attribution_plots import arm_shares
+from tsctl.analysis.points import find_runs, group_points
 
 
 def seeded(**arms: tuple[float, float, float]) -> dict:

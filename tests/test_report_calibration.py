@@ -4,7 +4,7 @@ cover a real difference about 95% of the time, and Holm keeps a family's chance 
 Nulls and effects are simulated with the variance components of the held-out scores of every sweep with
 committed records, estimated here, at test time, from those records (``docs/results/<sweep>/runs/*/final_eval.json``,
 ``per_problem``): for each point of a sweep, the ``[seeds, P problems]`` table of per-problem scores goes through
-:func:`~tsctl.stages.report.crossed.variance_components` (pass@1: ``sampled.solved / samples`` with that many samples;
+:func:`~tsctl.analysis.crossed.variance_components` (pass@1: ``sampled.solved / samples`` with that many samples;
 pass@8: whether any sample solved the problem, one answer; greedy: ``greedy.solved``, one answer), and each component
 is the mean over the sweep's points.
 """
@@ -20,9 +20,9 @@ import yaml
 from scipy import stats as scipy_stats
 
 from tsctl.io.run_records import is_record
-from tsctl.stages.report.crossed import Components, crossed_difference, mean_squares, variance_components
-from tsctl.stages.report.families import holm
-from tsctl.stages.report.stats import paired_difference
+from tsctl.analysis.crossed import Components, crossed_difference, mean_squares, variance_components
+from tsctl.analysis.families import holm
+from tsctl.analysis.stats import paired_difference
 
 RECORDS = Path(__file__).resolve().parents[1] / "docs" / "results"
 SEEDS = 5

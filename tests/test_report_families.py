@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from tsctl.stages.report.compare import Row, adjusted
-from tsctl.stages.report.families import holm
-from tsctl.stages.report.points import Point
-from tsctl.stages.report.stats import Comparison, Interval
+from tsctl.analysis.compare import Row, adjusted
+from tsctl.analysis.families import holm
+from tsctl.analysis.points import Point
+from tsctl.analysis.stats import Comparison, Interval
 
 
 def test_holm_by_hand():
@@ -25,6 +25,13 @@ def test_holm_by_hand():
 def test_an_untestable_comparison_stays_nan_and_does_not_count():
     out = holm([0.02, math.nan, 0.01])
     assert out[0] == pytest.approx(0.02) and math.isnan(out[1]) and out[2] == pytest.approx(0.02)  # m = 2
+
+
+def test_a_declared_family_with_comparisons_not_yet_run_counts_them_as_p_1():
+    # a family of 5 declared, 2 with p-values: as holm([0.01, 0.02, 1, 1, 1]) -> 0.01 x 5 = 0.05, 0.02 x 4 = 0.08
+    assert holm([0.02, 0.01], size=5) == pytest.approx([0.08, 0.05])
+    assert holm([0.02, 0.01], size=5) == pytest.approx(holm([0.02, 0.01, 1.0, 1.0, 1.0])[:2])
+    assert holm([0.02, 0.01], size=1) == holm([0.02, 0.01])  # never fewer than those tested
 
 
 def step_down(p: list[float], alpha: float) -> list[bool]:

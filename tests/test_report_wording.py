@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from tsctl.config.errors import ConfigError
-from tsctl.stages.compose import compose_config
-from tsctl.stages.report import report
-from tsctl.stages.report.compare import compare, summarize
-from tsctl.stages.report.points import find_runs, group_points
-from tsctl.stages.report.wording import decide, forbidden_phrasings, rules_out
+from tsctl.runconfig import compose_config
+from tsctl.analysis.report import report
+from tsctl.analysis.compare import compare, summarize
+from tsctl.analysis.points import find_runs, group_points
+from forbidden_phrasings import forbidden_phrasings
+from tsctl.analysis.wording import decide, rules_out
 
 ROOT = Path(__file__).resolve().parents[1]
 

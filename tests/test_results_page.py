@@ -172,7 +172,7 @@ def write_trained_run(folder: Path, overrides: list[str]) -> None:
     """A finished run whose config.yaml is what ``tsctl train`` would save for ``overrides``."""
     from omegaconf import OmegaConf
 
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
 
     node = compose_config(overrides).node
     write_run(folder, {}, overrides, [{"step": 1, "entropy": 0.3}], 0.4)
@@ -238,7 +238,7 @@ def test_the_point_folder_is_the_one_tsctl_ablate_writes():
 
 
 def test_a_claim_is_summed_up_from_its_comparisons_verdicts():
-    from tsctl.stages.report.claims import claim_status
+    from tsctl.analysis.claims import claim_status
 
     lines = ["better", "not distinguishable", None]  # the verdicts of three comparisons, the last without an interval yet
     assert claim_status(lines, "better") == "**partly supported** so far: 1 of 2 comparison(s) say better; 1 more wait for finished runs"
@@ -249,14 +249,14 @@ def test_a_claim_is_summed_up_from_its_comparisons_verdicts():
 
 def greedy_run(seed: int, solved: list[int]):
     """A finished run whose final evaluation holds only per-problem greedy results."""
-    from tsctl.stages.report.points import Run
+    from tsctl.analysis.points import Run
 
     per_problem = {"greedy": {"ids": [str(i) for i in range(len(solved))], "solved": solved}}
     return Run(Path(f"seed={seed}"), "completed", None, {}, [], {"per_problem": per_problem}, str(seed))
 
 
 def test_seeds_against_seeds_compares_the_seeds_spread_with_what_problem_sampling_predicts(results):
-    from tsctl.stages.report.points import Point
+    from tsctl.analysis.points import Point
 
     runs = [greedy_run(0, [1, 1, 1, 0]), greedy_run(1, [1, 1, 0, 0]), greedy_run(2, [1, 0, 0, 0])]
     lines = results.seed_spread_check(Point("ratio=0", {}, runs, runs))
@@ -310,7 +310,7 @@ def test_the_page_is_written_again_from_the_records_once_the_runs_are_gone(resul
 
 def test_a_later_sitting_restores_the_records_instead_of_training_them_and_never_overwrites_one(results, tmp_path):
     from tsctl.io.runs import RunDir
-    from tsctl.stages.ablate import is_done
+    from tsctl.analysis.points import is_done
 
     first, later = tmp_path / "first", tmp_path / "later"
     fake_point(first / "results" / "countdown-refresh" / "refresh=5-seed=0", 25, 0, 0.41)
@@ -347,7 +347,7 @@ def test_a_run_from_before_manifests_named_the_base_model_is_recorded_with_the_c
     import hashlib
 
     from tsctl.models.builtin import builtin_dir
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
 
     runs_dir = tmp_path / "runs"
     overrides = ["task=countdown", "ratio=25", "refresh=5", "seed=0", "experiment=results", f"runs_dir={runs_dir}"]
@@ -364,7 +364,7 @@ def test_a_run_from_before_manifests_named_the_base_model_is_recorded_with_the_c
 
 def test_an_old_run_is_matched_with_the_model_cache_of_its_own_runs_folder_never_the_working_directory_s(results, tmp_path, monkeypatch):
     from tsctl.models.builtin import builtin_dir
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
 
     overrides = ["task=countdown", "ratio=25", "refresh=5", "seed=0", "experiment=results"]  # no runs_dir: a run of the default place
     monkeypatch.chdir(tmp_path)  # a user's checkout, whose runs/ holds a warmed-up model of the same settings
@@ -422,7 +422,7 @@ def test_this_machine_s_weights_are_those_of_the_warmed_up_model_of_the_sweep_s_
     import hashlib
 
     from tsctl.models.builtin import builtin_dir
-    from tsctl.stages.compose import compose_config
+    from tsctl.runconfig import compose_config
 
     commands: list[list[str]] = []
     monkeypatch.setattr(results.subprocess, "run", lambda command, **kwargs: commands.append(command))

@@ -14,8 +14,8 @@ from tsctl.evaluation.scoring import final_eval
 from tsctl.io.runs import RunDir
 from tsctl.models.builtin import builtin_dir, weights_digest
 from tsctl.stages.ablate import final_eval as run_final_eval
-from tsctl.stages.compose import compose_config
-from tsctl.stages.report.points import find_runs
+from tsctl.runconfig import compose_config
+from tsctl.analysis.points import find_runs
 from tsctl.trainer.rollout import servable_task
 
 ROOT = Path(__file__).resolve().parents[1]

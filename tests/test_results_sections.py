@@ -115,7 +115,7 @@ def test_a_claim_made_of_table_rows_keeps_the_table_s_verdict(results, tmp_path)
 
 
 def test_the_metrics_of_the_whole_training_by_hand(tmp_path):
-    from tsctl.stages.report.points import load_run, training_values
+    from tsctl.analysis.points import load_run, training_values
 
     # two steps of 8 samples, 10 tokens each, three quarters generated (plain 0.5 + suffix 0.25): 60 a step; groups
     # without reward variance 0.5 and 0.25: mean 0.375, and 8 * 0.5 + 8 * 0.75 = 10 samples of groups with advantage

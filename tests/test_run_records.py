@@ -9,7 +9,7 @@ import pytest
 from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, RunError
 from tsctl.stages.ablate import is_done
-from tsctl.stages.report.points import find_runs
+from tsctl.analysis.points import find_runs
 
 
 def finished_run(folder: Path) -> Path:
@@ -66,7 +66,7 @@ def test_a_damaged_record_names_itself_and_the_fix_and_writes_nothing(tmp_path):
 
 
 def test_tsctl_report_reads_a_folder_of_records_as_it_reads_the_runs(tmp_path):
-    from tsctl.stages.report import report
+    from tsctl.analysis.report import report
 
     for ratio in (0, 25):
         for seed in range(2):

@@ -11,7 +11,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.models.samples import Sample
 from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.controller import Controller, State, choose, predict, prompt_rate, step_cells
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 
 def cfg(**seeds: float) -> TsctlConfig:

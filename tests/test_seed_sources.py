@@ -1,6 +1,7 @@
 """Seeds from another model (pi_b = its teacher-forced log-probs) and from a trace file (the documented ratio rule)."""
 
 import dataclasses
+import functools
 import json
 import math
 
@@ -10,17 +11,20 @@ from typer.testing import CliRunner
 
 from conftest import micro_args
 from tsctl.cli import app
-from tsctl.algo.losses import dual_clip_bounds, get_policy_loss, loss_norms
+from loss_terms import policy_term
+from tsctl.algo.aggregations import loss_norms
+from tsctl.algo.losses import dual_clip_bounds
 from tsctl.config.errors import ConfigError
-from tsctl.models.batch import pack
-from tsctl.models.logprobs import recompute, response_logprobs
+from tsctl.models.batch import collate
+from tsctl.models.forward import Forward
+from tsctl.models.logprobs import response_logprobs
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import PREFIX, Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.sources import ModelSource, TraceSource, check_tokenizer
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
 from tsctl.trainer.denominators import ratio_denominators
@@ -119,14 +123,14 @@ def trace_batch(policy):
     known = Sample(0, "p", prompt, [22], [-0.7], True, prefix_ids=[33, 34], prefix_logprobs=[-2.0, -3.0], behaviour_checkpoint="step-0", behaviour_step=0)
     plain = Sample(0, "p", prompt, [23, 24, 25], [-0.5, -0.6, -0.4], True)
     samples = [trace, known, plain]
-    return samples, pack(samples, torch.tensor([-1.0, 1.0, 0.0]), fmt.pad_id)
+    return samples, collate(samples, torch.tensor([-1.0, 1.0, 0.0]), fmt.pad_id)
 
 
 def test_trace_prefix_excluded_from_the_loss(policy):
     cfg, model, *_ = policy
     samples, batch = trace_batch(policy)
-    old, _ = recompute(model, batch, 0.6, 0)
-    denominators, mask = ratio_denominators(old, batch, cfg, model, engine_old=False), loss_mask(batch, cfg)
+    old, _ = Forward(0.6).recompute(model, batch)
+    denominators, mask = ratio_denominators(old, batch, cfg), loss_mask(batch, cfg)
     unknown = torch.zeros_like(batch.resp_mask)
     unknown[0, :3] = True
     assert torch.equal(mask, batch.resp_mask & ~unknown)
@@ -143,8 +147,9 @@ def test_trace_prefix_capped_ratio_starts_at_one_and_the_dual_clip_bounds_it(pol
     if engine_old:  # the engine's pi_old has no prefix log-probs: the trace's are recomputed
         old = pi_old.engine_stats([_with_entropies(s) for s in samples], batch)[0]
     else:
-        old = recompute(model, batch, 0.6, 0)[0]
-    denominators, mask = ratio_denominators(old, batch, cfg, model, engine_old), loss_mask(batch, cfg)
+        old = Forward(0.6).recompute(model, batch)[0]
+    recompute = (lambda rows: Forward.of(cfg).recompute(model, rows, entropy=False)[0]) if engine_old else None
+    denominators, mask = ratio_denominators(old, batch, cfg, recompute), loss_mask(batch, cfg)
     assert torch.equal(mask, batch.resp_mask)
     with torch.no_grad():
         now = response_logprobs(model, batch, 0.6)[0]
@@ -152,7 +157,7 @@ def test_trace_prefix_capped_ratio_starts_at_one_and_the_dual_clip_bounds_it(pol
     torch.testing.assert_close(ratio[0, :3], torch.ones(3), atol=1e-5, rtol=0)  # pi_b := pi_old: r = 1 at the first update
     assert denominators[1, :2].tolist() == [-2.0, -3.0]
     # pi_theta far above pi_old on the trace tokens, advantage -1: each token's loss is capped at -A * c = 3.
-    loss_fn = get_policy_loss("dapo")
+    loss_fn = functools.partial(policy_term, "dapo")
     lifted = denominators + torch.where(batch.source == PREFIX, 4.0, 0.0) * torch.tensor([[1.0], [0.0], [0.0]])
     token_norm, seq_norm = loss_norms(mask)
     _, metrics = loss_fn(lifted, denominators, batch.advantages, mask, clip_low=0.2, clip_high=0.28,
@@ -170,9 +175,9 @@ def test_without_trace_seeds_the_inputs_pass_unchanged(policy):
     cfg, model, *_ = policy
     samples, batch = trace_batch(policy)
     keep = [1, 2]
-    batch = pack([samples[i] for i in keep], torch.tensor([1.0, 0.0]), policy[2].pad_id)
-    old = recompute(model, batch, 0.6, 0)[0]
-    denominators = ratio_denominators(old, batch, cfg, model, engine_old=False)
+    batch = collate([samples[i] for i in keep], torch.tensor([1.0, 0.0]), policy[2].pad_id)
+    old = Forward(0.6).recompute(model, batch)[0]
+    denominators = ratio_denominators(old, batch, cfg)
     assert torch.equal(loss_mask(batch, cfg), batch.resp_mask)
     assert torch.equal(denominators, torch.where(batch.source == PREFIX, batch.behaviour_logprobs, old))
 

@@ -9,12 +9,12 @@ import torch
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Completion, SamplingParams
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.samples import PLAIN, PREFIX, SUFFIX, Sample
 from tsctl.seeds.base import Seed
 from tsctl.tasks.base import Problem
 from tsctl.trainer.rewards import sample_advantages
-from tsctl.trainer.rollout import collect_groups
+from tsctl.trainer.rollout import Sampler, collect_groups
 from tsctl.trainer.step_metrics import rollout_metrics
 
 
@@ -51,7 +51,7 @@ def one_group() -> list[Sample]:
     """Four samples of one prompt: a seed cut at 0 (reward 1), a seed with a 2-token prefix (0), two plain (1, 0)."""
     seeds = [[Seed([], [], behaviour_step=3, checkpoint="step-3"), Seed([6, 7], [-1.0, -2.0], behaviour_step=3, checkpoint="step-3")]]
     engine = ScriptedEngine([[8, 9], [8], [9], [4, 8]])
-    return collect_groups([Problem("p0", "q", "9")], seeds, 4, engine, Formatter(), LastTokenTask(), SamplingParams())
+    return collect_groups(Sampler(engine, Formatter(), LastTokenTask()), [Problem("p0", "q", "9")], seeds, 4, SamplingParams())
 
 
 def test_a_seed_cut_at_zero_makes_a_seeded_sample():
@@ -79,7 +79,7 @@ def test_plain_statistics_leave_out_a_seed_cut_at_zero():
 
 def test_metrics_count_a_seed_cut_at_zero_as_seeded():
     samples = one_group()
-    batch = pack(samples, torch.zeros(4), pad_id=0)
+    batch = collate(samples, torch.zeros(4), pad_id=0)
     metrics = rollout_metrics(samples, batch, torch.zeros(batch.resp_mask.shape), [0, 4], step=5)
     assert metrics["seeds/prefix_tokens"] == 1.0  # (0 + 2) / 2 seeded samples
     assert metrics["seeds/prefix_fraction"] == pytest.approx((0 / 2 + 2 / 3) / 2)

@@ -16,8 +16,8 @@ def rng(seed: int = 0) -> np.random.Generator:
 STATS = ArmStats(steps=[40, 30, 20], surprisal=[0.30, 0.41, 0.35], pulls=[10, 2, 5], rewards=[3.0, 0.4, 2.0])
 
 
-def test_the_registry_names_the_five_selectors():
-    assert SELECTORS.names() == ("latest", "oldest", "uniform", "max_entropy", "bandit")
+def test_the_registry_holds_the_five_built_in_selectors():
+    assert {"latest", "oldest", "uniform", "max_entropy", "bandit"} <= set(SELECTORS.names())  # more may be added, none pinned
 
 
 def test_latest_and_oldest_pick_the_ends_of_the_pool_for_every_prompt():

@@ -6,9 +6,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.logits import logits_head
-from tsctl.models.logprobs import forward_tokens, recompute, response_logprobs
+from tsctl.models.forward import Forward
+from tsctl.models.logprobs import response_logprobs, token_stats
 from tsctl.models.samples import Sample
 from tsctl.models.shared_prompts import can_share_prompts, prompt_groups
 
@@ -42,7 +43,7 @@ BATCH = [
 
 
 def batch_of(samples: list[Sample]):
-    return pack(samples, torch.linspace(-1, 1, len(samples)), PAD)
+    return collate(samples, torch.linspace(-1, 1, len(samples)), PAD)
 
 
 def logprobs_and_grads(model, batch, share: bool):
@@ -77,12 +78,12 @@ def test_each_distinct_prompt_but_its_last_token_runs_once(monkeypatch):
     assert shapes == [(3, 5), (8, batch.resp_mask.shape[1])]  # contexts: 3 prompts, the longest has 6 - 1 tokens
 
 
-def test_forward_tokens_count_contexts_once_and_every_continuation():
+def test_the_forward_counts_contexts_once_and_every_continuation():
     model, batch = tiny_model(), batch_of(BATCH)
     # Contexts: (3 - 1) + (6 - 1) + (2 - 1) = 8; continuations: the responses' 4+1+4+3+6+2+1+5 = 26 tokens.
-    assert forward_tokens(model, batch) == 8 + 26
+    assert token_stats(model, batch).tokens == 8 + 26
     # Whole rows: prompt + response of each, 7+4+7+9+12+4+3+7.
-    assert forward_tokens(model, batch, share_prompts=False) == int(batch.attention_mask.sum()) == 53
+    assert token_stats(model, batch, share_prompts=False).tokens == int(batch.attention_mask.sum()) == 53
 
 
 def test_prompt_groups_index_rows_by_prompt():
@@ -110,7 +111,7 @@ def test_sharing_is_skipped_where_it_cannot_apply_or_saves_nothing():
 def test_recompute_in_micro_batches_equals_whole_rows():
     model = tiny_model().eval()
     batch = batch_of(BATCH)
-    shared, shared_entropy = recompute(model, batch, 1.0, micro_batch_size=3)
-    whole, whole_entropy = recompute(model, batch, 1.0, micro_batch_size=0, share_prompts=False)
+    shared, shared_entropy = Forward(1.0, micro_batch_size=3).recompute(model, batch)
+    whole, whole_entropy = Forward(1.0, micro_batch_size=0, share_prompts=False).recompute(model, batch)
     torch.testing.assert_close(shared[batch.resp_mask], whole[batch.resp_mask], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(shared_entropy[batch.resp_mask], whole_entropy[batch.resp_mask], atol=1e-5, rtol=1e-5)

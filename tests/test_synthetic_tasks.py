@@ -10,12 +10,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.schema import ArithmeticConfig, CountdownConfig
-from tsctl.stages.compose import compose_config
-from tsctl.tasks.arithmetic import MAX_DIGITS, ArithmeticTask, format_question as arithmetic_question, worked_solution
+from tsctl.runconfig import compose_config
+from tsctl.tasks.arithmetic import MAX_DIGITS, ArithmeticSettings, ArithmeticTask, format_question as arithmetic_question, worked_solution
 from tsctl.tasks.base import Problem
 from tsctl.tasks.countdown import (
     MAX_NUMBERS,
+    CountdownSettings,
     CountdownTask,
     check_solution,
     format_question as countdown_question,
@@ -23,7 +23,7 @@ from tsctl.tasks.countdown import (
     sample_solutions,
 )
 
-SMALL_COUNTDOWN = CountdownConfig(min_numbers=3, max_numbers=3, max_number=6, max_target=30)
+SMALL_COUNTDOWN = CountdownSettings(min_numbers=3, max_numbers=3, max_number=6, max_target=30)
 """About 2,300 distinct questions: splits of 300 + 1,500 collide often, exercising the rejection."""
 
 MALFORMED = [
@@ -44,8 +44,8 @@ MALFORMED = [
 
 def make(family: str, train: int, heldout: int, seed: int, cfg=None):
     if family == "countdown":
-        return CountdownTask(cfg or CountdownConfig(), train, heldout, seed)
-    return ArithmeticTask(cfg or ArithmeticConfig(), train, heldout, seed)
+        return CountdownTask(cfg or CountdownSettings(), train, heldout, seed)
+    return ArithmeticTask(cfg or ArithmeticSettings(), train, heldout, seed)
 
 
 @pytest.fixture(scope="module", params=["countdown", "arithmetic"])
@@ -77,7 +77,7 @@ def test_deterministic_and_seed_dependent(task):
 
 
 def test_omegaconf_config_gives_the_same_problems(task):
-    cfg = OmegaConf.structured(CountdownConfig() if task.name == "countdown" else ArithmeticConfig())
+    cfg = OmegaConf.structured(CountdownSettings() if task.name == "countdown" else ArithmeticSettings())
     assert list(make(task.name, 10, 1000, 7, cfg).problems("heldout")) == list(task.problems("heldout"))
 
 
@@ -128,8 +128,8 @@ def test_default_countdown_config_has_enough_problems():
 @pytest.mark.parametrize(
     "family, cfg, key",
     [
-        ("countdown", CountdownConfig(min_numbers=2, max_numbers=2, max_number=3), "task.countdown.max_number"),
-        ("arithmetic", ArithmeticConfig(min_terms=2, max_terms=2, max_digits=1), "task.arithmetic.max_digits"),
+        ("countdown", CountdownSettings(min_numbers=2, max_numbers=2, max_number=3), "task.countdown.max_number"),
+        ("arithmetic", ArithmeticSettings(min_terms=2, max_terms=2, max_digits=1), "task.arithmetic.max_digits"),
     ],
 )
 def test_too_few_questions_is_a_clear_error(family, cfg, key):
@@ -139,11 +139,11 @@ def test_too_few_questions_is_a_clear_error(family, cfg, key):
 
 def test_bad_ranges_rejected():
     with pytest.raises(ConfigError, match="max_numbers"):
-        CountdownTask(CountdownConfig(max_numbers=6), 10, 10, 0)
+        CountdownTask(CountdownSettings(max_numbers=6), 10, 10, 0)
     with pytest.raises(ConfigError, match="min_numbers"):
-        CountdownTask(CountdownConfig(min_numbers=1), 10, 10, 0)
+        CountdownTask(CountdownSettings(min_numbers=1), 10, 10, 0)
     with pytest.raises(ConfigError, match="min_terms"):
-        ArithmeticTask(ArithmeticConfig(min_terms=5, max_terms=4), 10, 10, 0)
+        ArithmeticTask(ArithmeticSettings(min_terms=5, max_terms=4), 10, 10, 0)
 
 
 @pytest.mark.parametrize(
@@ -190,7 +190,7 @@ def test_countdown_question_format():
 )
 def test_countdown_accepts_valid_solutions(numbers, target, response):
     assert check_solution(numbers, target, response)
-    assert CountdownTask(CountdownConfig(), 1, 1, 0).reward(countdown_problem(numbers, target), response) == 1.0
+    assert CountdownTask(CountdownSettings(), 1, 1, 0).reward(countdown_problem(numbers, target), response) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -324,7 +324,7 @@ def test_arithmetic_worked_solutions_vary_and_hold(terms, signs, value, first_li
 
 
 def test_arithmetic_generated_problems_follow_config():
-    cfg = ArithmeticConfig(min_terms=3, max_terms=4, max_digits=2)
+    cfg = ArithmeticSettings(min_terms=3, max_terms=4, max_digits=2)
     for problem in make("arithmetic", 2000, 10, 5, cfg).problems("train"):
         expression = re.fullmatch(r"Compute (\d+(?:[-+]\d+)+)\.", problem.question).group(1)
         terms = [int(t) for t in re.split("[-+]", expression)]
@@ -350,5 +350,5 @@ def test_arithmetic_generated_problems_follow_config():
     ],
 )
 def test_arithmetic_reward(response, expected):
-    task = ArithmeticTask(ArithmeticConfig(), 1, 1, 0)
+    task = ArithmeticTask(ArithmeticSettings(), 1, 1, 0)
     assert task.reward(Problem("arithmetic-test-0", "Compute 23+45-17.", "51"), response) == expected

@@ -1,15 +1,17 @@
 """Thinking Seeds in the loop: prefix tokens ratio against pi_b, everything else against pi_old."""
 
+import functools
 import math
 
 import pytest
 import torch
 
-from tsctl.algo.losses import get_policy_loss, loss_norms
+from loss_terms import policy_term
+from tsctl.algo.aggregations import loss_norms
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import SamplingParams
 from tsctl.engines.hf import HFEngine
-from tsctl.models.batch import old_logprobs, pack
+from tsctl.models.batch import collate, pi_b_on_prefix
 from tsctl.models.logprobs import response_logprobs
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import PLAIN, PREFIX, SUFFIX, Sample
@@ -17,9 +19,9 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.base import seeded_count, seeds_from_table
 from tsctl.seeds.generate import seed_columns
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
-from tsctl.trainer.rollout import collect_groups
+from tsctl.trainer.rollout import Sampler, collect_groups
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +53,9 @@ def test_prefix_ratio_is_one_when_pi_b_is_the_current_policy(setup):
     problems = list(task.problems("train"))[:4]
     table = seed_columns(model, engine, fmt, task, problems, 2, cfg, checkpoint="now", checkpoint_step=0, sample_seed=3)
     groups = seeds_from_table(table)
-    samples = collect_groups(problems, [groups[2 * i : 2 * i + 2] for i in range(4)], 4, engine, fmt, task, SamplingParams(max_new_tokens=16, seed=5))
+    samples = collect_groups(Sampler(engine, fmt, task), problems, [groups[2 * i : 2 * i + 2] for i in range(4)], 4, SamplingParams(max_new_tokens=16, seed=5))
     assert sum(s.seeded for s in samples) > 0
-    batch = pack(samples, torch.zeros(len(samples)), fmt.pad_id)
+    batch = collate(samples, torch.zeros(len(samples)), fmt.pad_id)
     with torch.no_grad():
         current, _ = response_logprobs(model, batch, cfg.engine.temperature)
     prefix = batch.source == PREFIX
@@ -75,17 +77,17 @@ def test_in_a_mixed_batch_only_prefix_tokens_change_the_loss_from_dapos(setup):
     problems = list(task.problems("train"))[:3]
     table = seed_columns(model, engine, fmt, task, problems, 2, cfg, checkpoint="now", checkpoint_step=0, sample_seed=3)
     groups = seeds_from_table(table)
-    samples = collect_groups(problems, [groups[2 * i : 2 * i + 2] for i in range(3)], 4, engine, fmt, task, SamplingParams(max_new_tokens=16, seed=1))
-    batch = pack(samples, torch.tensor([1.0, -1.0, 0.5, -0.5] * 3), fmt.pad_id)
+    samples = collect_groups(Sampler(engine, fmt, task), problems, [groups[2 * i : 2 * i + 2] for i in range(3)], 4, SamplingParams(max_new_tokens=16, seed=1))
+    batch = collate(samples, torch.tensor([1.0, -1.0, 0.5, -0.5] * 3), fmt.pad_id)
     prefix = batch.source == PREFIX
     rest = batch.resp_mask & ~prefix
     assert int(prefix.sum()) > 0 and bool((batch.source[rest] == PLAIN).any()) and bool((batch.source[rest] == SUFFIX).any())
     with torch.no_grad():
         pi_old = response_logprobs(model, batch)[0] - 0.05  # as if the policy had moved since sampling
-    old = old_logprobs(pi_old, batch)
+    old = pi_b_on_prefix(pi_old, batch)
     assert torch.equal(old[~prefix], pi_old[~prefix])
     assert torch.equal(old[prefix], batch.behaviour_logprobs[prefix]) and bool((old[prefix] != pi_old[prefix]).all())
-    loss_fn = get_policy_loss("dapo")
+    loss_fn = functools.partial(policy_term, "dapo")
 
     def loss_and_grads(denominators, mask):
         model.zero_grad()
@@ -108,14 +110,14 @@ def test_hand_computed_batch_mixing_prefix_suffix_and_plain_tokens():
     s0 = Sample(group=0, prompt_id="p", prompt_ids=[1, 5], generated_ids=[7], generated_logprobs=[-1.0], finished=True,
                 prefix_ids=[5, 6], prefix_logprobs=[math.log(0.5), math.log(0.25)], behaviour_step=0)
     s1 = Sample(group=0, prompt_id="p", prompt_ids=[1, 5], generated_ids=[8, 2], generated_logprobs=[-1.0, -1.0], finished=True)
-    batch = pack([s0, s1], torch.tensor([1.0, -1.0]), pad_id=0)
+    batch = collate([s0, s1], torch.tensor([1.0, -1.0]), pad_id=0)
     assert batch.source.tolist() == [[PREFIX, PREFIX, SUFFIX], [PLAIN, PLAIN, PLAIN]]
     pi_old = torch.log(torch.tensor([[0.9, 0.9, 0.4], [0.5, 0.5, 0.0]]).clamp(min=1e-9))
     pi_theta = torch.log(torch.tensor([[0.6, 0.2, 0.5], [0.8, 0.5, 0.0]]).clamp(min=1e-9))
-    old = old_logprobs(pi_old, batch)
+    old = pi_b_on_prefix(pi_old, batch)
     # ratios: prefix 0.6/0.5 = 1.2 and 0.2/0.25 = 0.8 (against pi_b, not pi_old), suffix 0.5/0.4 = 1.25,
     # plain 0.8/0.5 = 1.6 and 0.5/0.5 = 1.
-    loss, metrics = get_policy_loss("dapo")(pi_theta, old, batch.advantages, batch.resp_mask, clip_low=0.2, clip_high=0.28, token_norm=5.0, seq_norm=2.0)
+    loss, metrics = policy_term("dapo", pi_theta, old, batch.advantages, batch.resp_mask, clip_low=0.2, clip_high=0.28, token_norm=5.0, seq_norm=2.0)
     ratios = metrics["ratio"][batch.resp_mask]
     assert ratios.tolist() == pytest.approx([1.2, 0.8, 1.25, 1.6, 1.0])
     # per-token losses: A=+1: -min(r, clip(r, 0.8, 1.28)) -> -1.2, -0.8, -1.25; A=-1: max(r, clip(r)) -> 1.6, 1.0

@@ -8,7 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.logprobs import response_logprobs
 from tsctl.models.samples import Sample
 from tsctl.models.token_stats import chunk_positions, entropy_from_logits, head_token_stats, token_logprobs
@@ -112,7 +112,7 @@ def test_response_logprobs_in_small_chunks_equal_one_chunk_without_all_logits():
         Sample(group=0, prompt_id="p", prompt_ids=[5, 6, 7], generated_ids=list(range(10, 10 + n)), generated_logprobs=[0.0] * n, finished=True)
         for n in (3, 9, 1, 6)
     ]
-    batch = pack(samples, torch.zeros(4), 0)
+    batch = collate(samples, torch.zeros(4), 0)
 
     def run(mib: float):
         model.zero_grad()

@@ -6,14 +6,14 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tsctl.models.batch import old_logprobs, pack
+from tsctl.models.batch import collate, pi_b_on_prefix
 from tsctl.models.logits import logits_head
-from tsctl.models.logprobs import enable_activation_checkpointing, forward_tokens, recompute, recompute_for, response_logprobs
+from tsctl.models.forward import Forward
+from tsctl.models.logprobs import enable_activation_checkpointing, response_logprobs, token_stats
 from tsctl.models.micro_batches import micro_batches
 from tsctl.models.samples import Sample
-from tsctl.seeds.base import uses_seeds
-from tsctl.stages.compose import compose_config
-from tsctl.trainer.update import policy_update
+from tsctl.runconfig import compose_config
+from update_context import update, update_context
 
 RESPONSES = [[8, 9, 10, 11, 12, 13], [14], [15, 16, 17], [18, 19], [20, 21, 22, 23, 24, 25, 26, 27], [28, 29, 30], [31], [32, 33, 34, 35]]
 
@@ -34,7 +34,7 @@ def batch():
                generated_logprobs=[0.0] * len(r), finished=True)
         for i, r in enumerate(RESPONSES)
     ]
-    return pack(samples, torch.linspace(-1, 1, len(samples)), 0)
+    return collate(samples, torch.linspace(-1, 1, len(samples)), 0)
 
 
 def test_token_budget_packs_longest_first_within_the_budget():
@@ -53,12 +53,12 @@ def sgd_step(model, overrides: list[str]) -> list[torch.Tensor]:
     cfg = compose_config(["trainer=micro", "trainer.batch_size=2", "trainer.n=4", "trainer.mini_batches=1", "algo.entropy_coef=0.01",
                           "trainer.max_grad_norm=0", *overrides]).cfg
     b = batch()
-    old, _ = recompute_for(cfg, model, b)
+    old, _ = Forward.of(cfg).recompute(model, b)
     old = old + 0.05 * torch.linspace(-1, 1, old.numel()).view_as(old)  # ratios away from 1: some clip
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    policy_update(model, optimizer, scheduler, b, old_logprobs(old, b), cfg, torch.Generator().manual_seed(0), seeded=uses_seeds(cfg))
+    update(update_context(cfg, model, optimizer, scheduler), b, pi_b_on_prefix(old, b))
     delta = [p.detach() - q for p, q in zip(model.parameters(), before)]
     with torch.no_grad():
         for p, q in zip(model.parameters(), before):
@@ -95,9 +95,9 @@ def test_gradient_checkpointing_recomputes_layers_and_runs_whole_rows_only_with_
     forward_calls = len(calls)
     (logprobs * b.resp_mask).sum().backward()
     assert forward_calls == 2 and len(calls) == 4  # one forward of whole rows (2 layers), one recompute in backward
-    assert forward_tokens(model, b) == int(b.attention_mask.sum())  # training: prompts are not shared
+    assert token_stats(model, b).tokens == int(b.attention_mask.sum())  # training: prompts are not shared
     model.eval()
-    assert forward_tokens(model, b) < int(b.attention_mask.sum())  # no-grad recomputes still share them
+    assert token_stats(model, b).tokens < int(b.attention_mask.sum())  # no-grad recomputes still share them
     with torch.no_grad():
         shared, _ = response_logprobs(model, b)
     torch.testing.assert_close(shared[b.resp_mask], logprobs.detach()[b.resp_mask], atol=1e-5, rtol=1e-5)
@@ -106,7 +106,7 @@ def test_gradient_checkpointing_recomputes_layers_and_runs_whole_rows_only_with_
 def test_recompute_under_a_token_budget_puts_rows_back_in_order():
     model = tiny_model().eval()
     b = batch()
-    whole, whole_entropy = recompute(model, b, 0.7)
-    split, split_entropy = recompute(model, b, 0.7, micro_batch_tokens=20)
+    whole, whole_entropy = Forward(0.7).recompute(model, b)
+    split, split_entropy = Forward(0.7, micro_batch_tokens=20).recompute(model, b)
     torch.testing.assert_close(split[b.resp_mask], whole[b.resp_mask], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(split_entropy[b.resp_mask], whole_entropy[b.resp_mask], atol=1e-5, rtol=1e-5)

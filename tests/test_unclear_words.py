@@ -18,7 +18,7 @@ from catalogue import passes, refused
 from conftest import kill, micro_args, tsctl
 from tsctl.io.run_lock import RunLock
 from tsctl.models.builtin import builtin_dir
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 pytestmark = pytest.mark.slow
 

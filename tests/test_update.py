@@ -8,12 +8,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tsctl.config.schema import TsctlConfig
-from tsctl.models.batch import old_logprobs, pack
-from tsctl.models.logprobs import recompute
+from tsctl.models.batch import collate, pi_b_on_prefix
+from tsctl.models.forward import Forward
 from tsctl.models.samples import PREFIX, Sample
-from tsctl.seeds.base import uses_seeds
+from tsctl.algo.objective import Objective
 from tsctl.trainer import update as update_module
-from tsctl.trainer.update import policy_update
+from update_context import update, update_context
 
 PAD = 0
 
@@ -61,16 +61,13 @@ class RecordingSGD(torch.optim.SGD):
         return super().step(closure)
 
 
-def run_update(model, batch, cfg, lr=0.0, old=None, ref=None, shuffle_seed=0):
+def run_update(model, batch, cfg, lr=0.0, old=None, ref=None, step=0):
     """One ``policy_update``; returns its metrics, the optimiser (with its recorded gradients) and the token normalisers used."""
     optimizer = RecordingSGD(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     if old is None:
-        old = old_logprobs(recompute(model, batch, 1.0, 0)[0], batch)
-    metrics = policy_update(
-        model, optimizer, scheduler, batch, old, cfg,
-        torch.Generator().manual_seed(shuffle_seed), ref, seeded=uses_seeds(cfg),
-    )
+        old = pi_b_on_prefix(Forward(1.0).recompute(model, batch)[0], batch)
+    metrics = update(update_context(cfg, model, optimizer, scheduler), batch, old, ref, step=step)
     return metrics, optimizer
 
 
@@ -81,9 +78,9 @@ def norms(monkeypatch) -> list[float]:
     original = update_module.loss_norms
 
     def recording(mask):
-        token_norm, seq_norm = original(mask)
-        seen.append(float(token_norm))
-        return token_norm, seq_norm
+        found = original(mask)
+        seen.append(float(found.tokens))
+        return found
 
     monkeypatch.setattr(update_module, "loss_norms", recording)
     return seen
@@ -98,8 +95,8 @@ def test_a_batch_that_does_not_divide_uses_every_row_exactly_once(norms):
     # gradient is its tokens' summed gradient over its own normaliser: normaliser x gradient, summed over
     # the mini-batches, is every token's gradient counted once, i.e. the one-mini-batch update's.
     model = tiny_model()
-    batch = pack(rows(10), torch.linspace(-1, 1, 10), PAD)
-    old = old_logprobs(recompute(model, batch, 1.0, 0)[0] - 0.1, batch)
+    batch = collate(rows(10), torch.linspace(-1, 1, 10), PAD)
+    old = pi_b_on_prefix(Forward(1.0).recompute(model, batch)[0] - 0.1, batch)
     _, split = run_update(model, batch, config(4), old=old)
     split_norms = list(norms)
     _, whole = run_update(model, batch, config(1), old=old)
@@ -113,14 +110,14 @@ def test_the_split_is_near_equal_and_equals_the_even_split_when_it_divides(monke
     original = update_module.loss_norms
     monkeypatch.setattr(update_module, "loss_norms", lambda mask: (sizes.append(mask.shape[0]), original(mask))[1])
     model = tiny_model()
-    run_update(model, pack(rows(10), torch.linspace(-1, 1, 10), PAD), config(4))
-    run_update(model, pack(rows(12), torch.linspace(-1, 1, 12), PAD), config(4))
+    run_update(model, collate(rows(10), torch.linspace(-1, 1, 10), PAD), config(4))
+    run_update(model, collate(rows(12), torch.linspace(-1, 1, 12), PAD), config(4))
     assert sizes == [3, 3, 2, 2, 3, 3, 3, 3]
 
 
 def test_fewer_rows_than_mini_batches_take_one_row_each(norms):
     model = tiny_model()
-    batch = pack(rows(3), torch.tensor([1.0, -1.0, 0.5]), PAD)
+    batch = collate(rows(3), torch.tensor([1.0, -1.0, 0.5]), PAD)
     metrics, optimizer = run_update(model, batch, config(4))
     assert len(optimizer.grads) == 3 and len(norms) == 3
     assert sum(norms) == int(batch.resp_mask.sum())
@@ -130,8 +127,8 @@ def test_fewer_rows_than_mini_batches_take_one_row_each(norms):
 @pytest.mark.parametrize("mini_batches", [1, 3])
 def test_micro_batches_do_not_change_any_mini_batch_gradient(mini_batches):
     model = tiny_model()
-    batch = pack(rows(9, prefix=True), torch.linspace(-1, 1, 9), PAD)
-    old = old_logprobs(recompute(model, batch, 1.0, 0)[0] - 0.2, batch)
+    batch = collate(rows(9, prefix=True), torch.linspace(-1, 1, 9), PAD)
+    old = pi_b_on_prefix(Forward(1.0).recompute(model, batch)[0] - 0.2, batch)
     _, whole = run_update(model, batch, config(mini_batches, micro=0), old=old)
     for micro in (1, 2):
         _, split = run_update(model, batch, config(mini_batches, micro=micro), old=old)
@@ -142,16 +139,16 @@ def test_micro_batches_do_not_change_any_mini_batch_gradient(mini_batches):
 
 def test_ratio_is_one_on_the_first_mini_batch_only(monkeypatch):
     ratios: list[torch.Tensor] = []
-    loss_fn = update_module.get_policy_loss("dapo")
+    original = Objective.loss
 
-    def recording(*args, **kwargs):
-        loss, metrics = loss_fn(*args, **kwargs)
-        ratios.append(metrics["ratio"][args[3]])
-        return loss, metrics
+    def recording(self, tokens, norms):
+        loss = original(self, tokens, norms)
+        ratios.append(loss.tokens["ratio"][tokens.mask])
+        return loss
 
-    monkeypatch.setattr(update_module, "get_policy_loss", lambda name: recording)
+    monkeypatch.setattr(Objective, "loss", recording)
     model = tiny_model()
-    batch = pack(rows(10), torch.linspace(-1, 1, 10), PAD)
+    batch = collate(rows(10), torch.linspace(-1, 1, 10), PAD)
     run_update(model, batch, config(3), lr=0.5)
     assert len(ratios) == 3
     # pi_theta is pi_old: 1 up to the rounding of a forward over other rows (bit for bit with some)
@@ -163,12 +160,12 @@ def test_the_k3_penalty_leaves_prefix_tokens_out():
     # Advantages 0: the policy term has no gradient. The reference equals pi_old (= pi_theta at lr 0)
     # everywhere but on prefix tokens, where it is far off: any KL gradient would come from them.
     model = tiny_model()
-    batch = pack(rows(9, prefix=True), torch.zeros(9), PAD)
-    pi_old = recompute(model, batch, 1.0, 0)[0]
+    batch = collate(rows(9, prefix=True), torch.zeros(9), PAD)
+    pi_old = Forward(1.0).recompute(model, batch)[0]
     prefix = batch.source == PREFIX
     assert int(prefix.sum()) == 6
     ref = torch.where(prefix, pi_old - 2.0, pi_old)
-    metrics, _ = run_update(model, batch, config(1, kl_coef=1.0), old=old_logprobs(pi_old, batch), ref=ref)
+    metrics, _ = run_update(model, batch, config(1, kl_coef=1.0), old=pi_b_on_prefix(pi_old, batch), ref=ref)
     means = metrics.means()
     assert means["grad_norm"] < 1e-4
     assert means["kl_ref/max"] < 1e-6
@@ -177,7 +174,7 @@ def test_the_k3_penalty_leaves_prefix_tokens_out():
     first = suffix.nonzero()[0]
     ref_suffix = pi_old.clone()
     ref_suffix[first[0], first[1]] -= 2.0
-    metrics, _ = run_update(model, batch, config(1, kl_coef=1.0), old=old_logprobs(pi_old, batch), ref=ref_suffix)
+    metrics, _ = run_update(model, batch, config(1, kl_coef=1.0), old=pi_b_on_prefix(pi_old, batch), ref=ref_suffix)
     assert metrics.means()["grad_norm"] > 1e-3
     # k3 at d = ref - logp = -2: exp(-2) + 2 - 1
     assert metrics.means()["kl_ref/max"] == pytest.approx(torch.tensor(-2.0).exp().item() + 1.0, rel=1e-4)

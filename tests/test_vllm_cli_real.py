@@ -3,7 +3,7 @@
 ``train`` (with seeds, so the seed bank swaps behaviour weights in and out of the engine), ``seed``
 then ``rollout``, ``eval`` of every checkpoint against the ``hf`` engine, and a two-rank ``torchrun``
 job whose ranks make different numbers of ``generate`` calls. Each command builds its own engine
-(``engine.enforce_eager=true``: no compile warm-up). Skipped where vLLM cannot run.
+(``engine.vllm.enforce_eager=true``: no compile warm-up). Skipped where vLLM cannot run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tsctl.io.shards import read_shard
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-VLLM = ["engine=vllm", "engine.enforce_eager=true", "engine.batch_size=64"]
+VLLM = ["engine=vllm", "engine.vllm.enforce_eager=true", "engine.batch_size=64"]
 HERE = Path(__file__).resolve().parent
 
 

@@ -19,7 +19,7 @@ from tsctl.engines.factory import build_engine
 from tsctl.engines.sampling import top_p_filter
 from tsctl.engines.vllm import VLLMEngine
 from tsctl.models.prompts import PromptFormatter
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 
 pytestmark = pytest.mark.vllm
 
@@ -42,7 +42,7 @@ def policy(folder):
 @pytest.fixture(scope="module")
 def engine(folder, policy) -> VLLMEngine:
     model, formatter = policy
-    cfg = compose_config(["engine=vllm", "engine.enforce_eager=true", "engine.batch_size=64", "seed=3"]).cfg
+    cfg = compose_config(["engine=vllm", "engine.vllm.enforce_eager=true", "engine.batch_size=64", "seed=3"]).cfg
     built = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, str(folder), seed=cfg.seed)
     yield built
     built.load_weights(model.state_dict())  # as the module found it
@@ -112,7 +112,7 @@ def test_samples_stop_at_the_end_tokens_or_at_their_limit(engine, policy):
 def test_a_request_longer_than_max_model_len_is_refused(engine, policy):
     _, formatter = policy
     long = Request(list(range(200)), (1, 2, 3), max_new_tokens=60)
-    with pytest.raises(ValueError, match="engine.max_model_len"):
+    with pytest.raises(ValueError, match="engine.vllm.max_model_len"):
         engine.generate([long], SamplingParams(max_new_tokens=60))
 
 

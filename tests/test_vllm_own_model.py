@@ -3,7 +3,7 @@ the answer, quiet logs and a clean exit.
 
 The model is a small random Llama of SmolLM2's layout with a real BPE tokenizer and SmolLM2's context of 8192 tokens
 (:mod:`fakes.smol`): sized by that context and ``engine.batch_size``, its engine would take 1024 x 8192 tokens of KV
-cache. Each command builds its own engine, compiled as a user's is (no ``engine.enforce_eager``).
+cache. Each command builds its own engine, compiled as a user's is (no ``engine.vllm.enforce_eager``).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_a_seeded_train_on_a_file_task_asks_for_the_answer_and_ends_cleanly(smol
 def test_a_kv_cache_beyond_the_memory_stops_before_any_run_folder_naming_what_fits(smol, tmp_path):
     runs = tmp_path / "runs"
     done = tsctl("train", f"model.path={smol}", "engine=vllm", "task=arithmetic", "task.train_size=2000", "trainer.batch_size=4096",
-                 "trainer.n=16", "engine.batch_size=100000", "engine.max_model_len=8192", f"runs_dir={runs}", "name=big", check=False)
+                 "trainer.n=16", "engine.batch_size=100000", "engine.vllm.max_model_len=8192", f"runs_dir={runs}", "name=big", check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert line.startswith("error: config error at 'engine.batch_size': vLLM's KV cache for 65536 sequences")

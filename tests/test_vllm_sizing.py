@@ -13,7 +13,7 @@ from tsctl.distributed.world import SINGLE, World
 from tsctl.engines import vllm_platform, vllm_sizing
 from tsctl.engines.base import Demand
 from tsctl.models.prompts import PromptFormatter
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.demand import train_demand
 
@@ -36,6 +36,11 @@ def model() -> LlamaForCausalLM:
         return LlamaForCausalLM(config)
 
 
+
+def sized(cfg, *args, **kwargs):
+    """:func:`tsctl.engines.vllm_sizing.size` with the engine config's own ``engine.vllm.max_model_len``."""
+    return vllm_sizing.size(cfg, cfg.vllm.max_model_len, *args, **kwargs)
+
 def engine_cfg(*overrides: str):
     return compose_config(["engine=vllm", *overrides]).cfg.engine
 
@@ -51,49 +56,49 @@ def test_a_token_takes_keys_and_values_of_every_layer_and_the_cache_holds_whole_
 
 
 def test_null_max_model_len_is_what_the_command_needs_within_the_models_context(model):
-    size = vllm_sizing.size(engine_cfg(), model, "float32", Demand(context=409, requests=16), free_bytes=20 * GIB)
+    size = sized(engine_cfg(), model, "float32", Demand(context=409, requests=16), free_bytes=20 * GIB)
     assert (size.max_model_len, size.max_num_seqs, size.kv_cache_bytes) == (409, 16, TOKEN * 512 * 16)
-    longer = vllm_sizing.size(engine_cfg(), model, "float32", Demand(context=9000, requests=2000), free_bytes=None)
+    longer = sized(engine_cfg(), model, "float32", Demand(context=9000, requests=2000), free_bytes=None)
     assert (longer.max_model_len, longer.max_num_seqs) == (8192, 1024)  # the model's context; engine.batch_size
-    unknown = vllm_sizing.size(engine_cfg("engine.batch_size=8"), model, "float32", Demand(), free_bytes=None)
+    unknown = sized(engine_cfg("engine.batch_size=8"), model, "float32", Demand(), free_bytes=None)
     assert (unknown.max_model_len, unknown.max_num_seqs) == (8192, 8)
-    given = vllm_sizing.size(engine_cfg("engine.max_model_len=1000"), model, "float32", Demand(context=409, requests=16), free_bytes=None)
+    given = sized(engine_cfg("engine.vllm.max_model_len=1000"), model, "float32", Demand(context=409, requests=16), free_bytes=None)
     assert given.max_model_len == 1000
 
 
 def test_a_max_model_len_beyond_the_models_context_is_refused_in_one_line(model):
-    with pytest.raises(ConfigError, match=r"'engine.max_model_len': 9000 is longer than this model's context of 8192 tokens .*use at most 8192"):
-        vllm_sizing.size(engine_cfg("engine.max_model_len=9000"), model, "float32", Demand(context=409), free_bytes=None)
+    with pytest.raises(ConfigError, match=r"'engine.vllm.max_model_len': 9000 is longer than this model's context of 8192 tokens .*use at most 8192"):
+        sized(engine_cfg("engine.vllm.max_model_len=9000"), model, "float32", Demand(context=409), free_bytes=None)
 
 
 def test_a_kv_cache_beyond_the_free_memory_is_refused_naming_the_batch_size_that_fits(model):
-    cfg = engine_cfg("engine.max_model_len=8192")  # the old default: 1024 x 8192 tokens = 360 GiB
+    cfg = engine_cfg("engine.vllm.max_model_len=8192")  # the old default: 1024 x 8192 tokens = 360 GiB
     with pytest.raises(ConfigError) as refused:
-        vllm_sizing.size(cfg, model, "float32", Demand(context=409, requests=4096), free_bytes=int(21.44 * GIB))
+        sized(cfg, model, "float32", Demand(context=409, requests=4096), free_bytes=int(21.44 * GIB))
     message = str(refused.value)
     assert "\n" not in message and message.startswith("config error at 'engine.batch_size': vLLM's KV cache for 1024 sequences")
-    assert "of 8192 tokens (engine.max_model_len=8192)" in message and "need 360.1 GiB" in message and "21.4 GiB of memory free" in message
+    assert "of 8192 tokens (engine.vllm.max_model_len=8192)" in message and "need 360.1 GiB" in message and "21.4 GiB of memory free" in message
     fits = int(message.split("engine.batch_size=")[2].split(" ")[0])
     weights = sum(p.numel() for p in model.parameters()) * 4
     assert fits == int((0.9 * int(21.44 * GIB) - weights) // (TOKEN * 8192)) == 54
-    vllm_sizing.size(engine_cfg("engine.max_model_len=8192", f"engine.batch_size={fits}"), model, "float32", Demand(), free_bytes=int(21.44 * GIB))
+    sized(engine_cfg("engine.vllm.max_model_len=8192", f"engine.batch_size={fits}"), model, "float32", Demand(), free_bytes=int(21.44 * GIB))
     with pytest.raises(ConfigError):
-        vllm_sizing.size(engine_cfg("engine.max_model_len=8192", f"engine.batch_size={fits + 1}"), model, "float32", Demand(), free_bytes=int(21.44 * GIB))
+        sized(engine_cfg("engine.vllm.max_model_len=8192", f"engine.batch_size={fits + 1}"), model, "float32", Demand(), free_bytes=int(21.44 * GIB))
 
 
 def test_the_refusal_says_when_the_cap_of_the_commands_requests_applied_and_what_else_fits(model):
     with pytest.raises(ConfigError, match=r"for 64 sequences \(engine.batch_size=1024, capped at the 64 requests this command sends at once\) "
-                       r"of 4000 tokens \(engine.max_model_len=null: 4000, the longest prompt \+ engine.max_new_tokens\)"):
-        vllm_sizing.size(engine_cfg(), model, "float32", Demand(context=4000, requests=64), free_bytes=4 * GIB)
-    with pytest.raises(ConfigError, match=r"engine.batch_size=1 with engine.max_model_len=\d+ fits"):
-        vllm_sizing.size(engine_cfg(), model, "float32", Demand(context=8192, requests=64), free_bytes=GIB // 4)
+                       r"of 4000 tokens \(engine.vllm.max_model_len=null: 4000, the longest prompt \+ engine.max_new_tokens\)"):
+        sized(engine_cfg(), model, "float32", Demand(context=4000, requests=64), free_bytes=4 * GIB)
+    with pytest.raises(ConfigError, match=r"engine.batch_size=1 with engine.vllm.max_model_len=\d+ fits"):
+        sized(engine_cfg(), model, "float32", Demand(context=8192, requests=64), free_bytes=GIB // 4)
     with pytest.raises(ConfigError, match="free memory, or use engine=hf"):
-        vllm_sizing.size(engine_cfg(), model, "float32", Demand(context=8192, requests=64), free_bytes=GIB // 64)
+        sized(engine_cfg(), model, "float32", Demand(context=8192, requests=64), free_bytes=GIB // 64)
 
 
 def test_on_cuda_the_memory_share_sizes_the_cache(model, monkeypatch):
     monkeypatch.setattr(vllm_platform, "on_cuda", lambda: True)
-    assert vllm_sizing.size(engine_cfg(), model, "bfloat16", Demand(context=409, requests=16), vllm_platform.free_memory()).kv_cache_bytes is None
+    assert sized(engine_cfg(), model, "bfloat16", Demand(context=409, requests=16), vllm_platform.free_memory()).kv_cache_bytes is None
 
 
 @pytest.mark.parametrize("overrides, world, requests", [

@@ -21,7 +21,7 @@ from tsctl.config.compose import Composed
 from tsctl.engines import vllm_weights
 from tsctl.engines.factory import build_engine
 from tsctl.models.prompts import PromptFormatter
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.stages.eval import evaluate
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
@@ -74,9 +74,9 @@ def test_buckets_hold_at_most_their_size_and_pack_round_trips_exactly():
     weights = [(f"w{i}", torch.randn(n).to(torch.bfloat16)) for i, n in enumerate([10, 20, 5, 40, 3])]
     groups = list(vllm_weights.buckets(weights, bucket_bytes=60))  # bf16: 2 bytes per element
     assert [[name for name, _ in g] for g in groups] == [["w0", "w1"], ["w2"], ["w3"], ["w4"]]  # 40 elements alone exceed it
-    flat, specs = vllm_weights.pack([(n, t.view(-1, 5) if t.numel() % 5 == 0 else t) for n, t in weights])
+    flat, specs = vllm_weights.flatten_bucket([(n, t.view(-1, 5) if t.numel() % 5 == 0 else t) for n, t in weights])
     assert flat.shape == (78,) and [s.offset for s in specs] == [0, 10, 30, 35, 75]
-    for (name, tensor), (back_name, back) in zip(weights, vllm_weights.unpack(flat, specs)):
+    for (name, tensor), (back_name, back) in zip(weights, vllm_weights.unflatten_bucket(flat, specs)):
         assert back_name == name and torch.equal(back.reshape(-1), tensor) and back.data_ptr() >= flat.data_ptr()
 
 
@@ -92,7 +92,7 @@ def test_buckets_never_split_a_decoder_layer():
 
 def test_tensor_parallel_workers_get_ipc_handles_per_bucket_never_tensors(monkeypatch, folder):
     model, formatter = load(folder)
-    engine = engine_for(monkeypatch, folder, perturbed(model), formatter, "engine.tensor_parallel_size=2")
+    engine = engine_for(monkeypatch, folder, perturbed(model), formatter, "engine.vllm.tensor_parallel_size=2")
     engine.bucket_bytes = 8 << 10  # several buckets for this tiny model
     shared: dict[int, torch.Tensor] = {}  # CUDA IPC on a CPU machine: the handle names a buffer of this process
 

@@ -11,7 +11,7 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.behaviour import WindowWriter
 from tsctl.seeds.generate import seed_columns
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 
 BASE = ["model=micro", "task=arithmetic", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=12", "ratio=50", "refresh=2", "seeds.probe_prompts=4", "seeds.probe_samples=2"]

@@ -19,12 +19,14 @@ from rl_bench.settings import Settings
 from rl_bench.sides import load_without_eos
 from rl_bench.timing import timed
 from tsctl.config.schema import TsctlConfig
-from tsctl.models.batch import RolloutBatch, old_logprobs, pack
-from tsctl.models.logprobs import recompute
+from tsctl.models.batch import RolloutBatch, collate, pi_b_on_prefix
+from tsctl.models.forward import Forward
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.tasks.base import Problem
 from tsctl.tasks.schedule import step_prompts
+from tsctl.trainer.context import StepContext
+from tsctl.trainer.pi_old import PiOld
 from tsctl.trainer.update import policy_update
 
 RESPONSE_TOKENS = (16, 48)
@@ -44,7 +46,7 @@ def spread_batch(s: Settings, formatter: PromptFormatter, problems: list[Problem
             length = int(rng.integers(RESPONSE_TOKENS[0], RESPONSE_TOKENS[1] + 1))
             tokens = rng.integers(4, vocab, length).tolist()
             samples.append(Sample(group, str(i), prompt, tokens, [0.0] * length, finished=True))
-    return pack(samples, torch.from_numpy(rng.standard_normal(len(samples))), formatter.pad_id)
+    return collate(samples, torch.from_numpy(rng.standard_normal(len(samples))), formatter.pad_id)
 
 
 def packing_sides(s: Settings, model_dir: Path, problems: list[Problem]) -> tuple[dict[str, Callable[[], dict]], int]:
@@ -55,7 +57,7 @@ def packing_sides(s: Settings, model_dir: Path, problems: list[Problem]) -> tupl
     batch = spread_batch(s, formatter, problems, len(tokenizer))
     start = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
-        old = old_logprobs(recompute(model.eval(), batch, s.temperature)[0], batch)
+        old = pi_b_on_prefix(Forward(s.temperature).recompute(model.eval(), batch)[0], batch)
 
     def side(pack_rows: bool, share: bool) -> Callable[[], dict]:
         cfg = TsctlConfig()
@@ -67,7 +69,8 @@ def packing_sides(s: Settings, model_dir: Path, problems: list[Problem]) -> tupl
             model.load_state_dict(start)
             optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr)
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-            _, seconds = timed(policy_update, model, optimizer, scheduler, batch, old, cfg, torch.Generator().manual_seed(s.seed), seeded=False)
+            ctx = StepContext(cfg, model, None, None, None, [], optimizer, scheduler)  # what the update reads: no engine, task or data
+            _, seconds = timed(policy_update, ctx, batch, PiOld(old, old, old, old), None, 0)
             return seconds
 
         return go

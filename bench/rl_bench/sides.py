@@ -31,7 +31,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.bank import SeedBank
-from tsctl.stages.compose import compose_config
+from tsctl.runconfig import compose_config
 from tsctl.tasks.base import Problem
 from tsctl.tasks.registry import build_task
 from tsctl.tasks.schedule import step_prompts

@@ -19,8 +19,9 @@ def knobs() -> str:
     """The help's list of knobs, with each registry's names (this imports the registries, so it is built only
     when a help is shown: :class:`_WithKnobs`)."""
     from tsctl.algo.advantages import ADVANTAGES
+    from tsctl.algo.aggregations import AGGREGATIONS
     from tsctl.algo.losses import POLICY_LOSSES
-    from tsctl.engines.factory import ENGINES
+    from tsctl.engines.registry import ENGINES
     from tsctl.seeds.selectors import SELECTORS
     from tsctl.seeds.truncation import STRATEGIES
     from tsctl.tasks.registry import TASKS
@@ -34,9 +35,9 @@ behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
 [cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop, heldout_overlap=error|allow),
-[cyan]engine[/cyan] ({"|".join(ENGINES.names())}: temperature, top_p, max_new_tokens; vllm: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: clip_low, clip_high,
+[cyan]engine[/cyan] ({"|".join(ENGINES.names())}: temperature, top_p, max_new_tokens; vllm.*: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: loss={"|".join(AGGREGATIONS.names())}, clip_low, clip_high,
 clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong, rollout_correction=none|tis|mis,
-policy_loss={"|".join(POLICY_LOSSES.names())}, adv_estimator={"|".join(ADVANTAGES.names())}), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
+policy_loss={"|".join(POLICY_LOSSES.names())}, adv_estimator={"|".join(ADVANTAGES.names())}; an entry's own settings: algo.<name>.*), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
 selector={"|".join(SELECTORS.names())}, pool_size, source=self|model|traces, source_path, trace_logprobs),
 [cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite, checkpoint_on_signal),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
@@ -128,11 +129,11 @@ def quote_baseline(overrides: list[str]) -> list[str]:
 
 def _run(command: str, overrides: Optional[list[str]], cfg_flag: Optional[str], stage: Callable[[Composed], object], idle: bool = True) -> None:
     """Compose ``tsctl COMMAND``'s config, print it if asked, else run ``stage``; user errors exit 2 with one line. ``idle``
-    refuses settings that cannot take effect (:mod:`tsctl.config.idle`; a sweep checks all its points instead); overrides
+    refuses settings that cannot take effect (:mod:`tsctl.runconfig.idle`; a sweep checks all its points instead); overrides
     the command would ignore are refused too (:mod:`tsctl.config.overrides`)."""
 
     def action() -> None:
-        from tsctl.stages.compose import compose_config  # the packages' registries: imported only to run a command
+        from tsctl.runconfig import compose_config  # the packages' registries: imported only to run a command
 
         composed = compose_config(quote_baseline(overrides or []), idle=idle, command=command)
         if cfg_flag:
@@ -141,7 +142,7 @@ def _run(command: str, overrides: Optional[list[str]], cfg_flag: Optional[str], 
             from tsctl.engines.factory import unread_keys
 
             typer.echo(OmegaConf.to_yaml(composed.node))
-            if unread := unread_keys(composed.cfg.engine):
+            if unread := unread_keys(composed.cfg.engine.name):
                 typer.echo(f"# engine={composed.cfg.engine.name} does not read {', '.join(unread)}")
             return
         from tsctl.engines.factory import check_runs_here
@@ -263,7 +264,7 @@ def report(
     verdicts, and plots of a sweep or a run, into <sweep>/report/ or <run>/plots/."""
 
     def stage(c: Composed) -> None:
-        from tsctl.stages.report import report as write_report
+        from tsctl.analysis.report import report as write_report
 
         out = write_report(Path(path), baseline=c.cfg.report.baseline, level=c.cfg.report.level, equivalence_margin=c.cfg.report.equivalence_margin)
         console.print(f"report: {out}", highlight=False)

@@ -4,8 +4,9 @@ Every sample of a prompt group gets one scalar advantage, broadcast over its tok
 ``algo.adv_estimator`` names the estimator, one function of :data:`ADVANTAGES`: ``grpo`` (here,
 :func:`group_advantages`) or another module of :mod:`tsctl.algo` registering itself (``rloo``:
 :mod:`tsctl.algo.rloo`; ``reinforce_pp_baseline``: :mod:`tsctl.algo.reinforce_pp`). An estimator is
-``fn(rewards [B], group_index [B], *, stats_mask, **reads) -> [B]`` and declares ``reads``: the ``algo.*``
-keys it takes as keyword arguments of the same name (and ``lengths``: it also takes ``lengths [B]``).
+``fn(rewards [B], group_index [B], *, stats_mask, **arguments) -> [B]`` and declares ``reads``: the ``algo.*``
+keys it takes as keyword arguments of the same name (and ``lengths``: it also takes ``lengths [B]``; ``settings``:
+its own block, a dataclass beside it with keys ``algo.<name>.*``, taken as ``settings=``).
 Thinking Seeds may compute the group statistics over the plain samples only
 (``seeds.adv_group=plain``): ``stats_mask`` selects the samples that enter the mean and std, while
 every sample, seeded or not, is still centred and scaled by them. Where the selected samples all
@@ -25,11 +26,11 @@ from tsctl.config.registry import Registry
 
 GroupIndex = Union[Tensor, Sequence[int]]
 Estimator = Callable[..., Tensor]
-"""``fn(rewards, group_index, *, stats_mask, **reads) -> advantages``, all ``[B]`` (``stats_mask``: bool or None)."""
+"""``fn(rewards, group_index, *, stats_mask, **arguments) -> advantages``, all ``[B]`` (``stats_mask``: bool or None)."""
 
-ADVANTAGES: Registry[Estimator] = Registry("advantage estimator", __package__, reads=(), lengths=False)
+ADVANTAGES: Registry[Estimator] = Registry("advantage estimator", __package__, key="algo.adv_estimator", reads=(), lengths=False)
 """The estimators by name (``algo.adv_estimator``), from any module of :mod:`tsctl.algo`; each declares ``reads``,
-and ``lengths`` when it takes each sample's response tokens as ``lengths`` ``[B]``."""
+``lengths`` when it takes each sample's response tokens as ``lengths`` ``[B]``, and ``settings``."""
 
 
 def group_ids(rewards: Tensor, group_index: GroupIndex) -> Tensor:

@@ -3,7 +3,7 @@
 A sequence's ratio is the geometric mean of its tokens' ratios,
 ``s_i = exp(mean_{t in S_i} log r_it)`` with ``r_it = pi_theta / pi_old`` (each log clamped to [-20, 20])
 and ``S_i`` its loss tokens that are not seed-prefix tokens (suffix and plain tokens). Every token of
-``S_i`` takes the clipped objective of :func:`~tsctl.algo.losses.clipped_terms` with the ratio
+``S_i`` takes PPO's clip (:func:`~tsctl.algo.losses.ppo_clip`) with the ratio
 ``s_it = sg(s_i) * pi_theta(t) / sg(pi_theta(t))`` (``sg``: stop-gradient): its value is ``s_i`` and its
 gradient ``s_i * grad log pi_theta(t)``, so the clip acts on the whole sequence while each token keeps its
 own gradient. ``algo.clip_c``, when set, dual-clips ``s_i`` as it would a token ratio.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tsctl.algo.losses import LOG_RATIO_CLAMP, POLICY_LOSSES, DualClip, clipped_terms
+from tsctl.algo.losses import POLICY_LOSSES, DualClip, ppo_clip, token_log_ratio
 
 
 def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, tokens: Tensor) -> Tensor:
@@ -37,11 +37,11 @@ def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, tokens: Tensor) -
     """
     with torch.no_grad():
         m = tokens.to(logprobs.dtype)
-        token = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        token = token_log_ratio(logprobs, old_logprobs)
         return (token * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)
 
 
-@POLICY_LOSSES.register("gspo", prefix_clip=True)
+@POLICY_LOSSES.register("gspo", reads=("clip_low", "clip_high", "clip_c"), prefix_clip=True)
 def gspo(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
     prefix: Tensor, clip_low: float, clip_high: float, clip_c: DualClip = None,
@@ -54,12 +54,11 @@ def gspo(
         advantages: ``[B]`` per-sequence advantages.
         mask: ``[B, T]`` loss mask.
         prefix: ``[B, T]`` bool, True on seed-prefix tokens.
-        clip_low, clip_high, clip_c: as in :func:`~tsctl.algo.losses.clipped_objective`.
+        clip_low, clip_high, clip_c: as in :func:`~tsctl.algo.losses.ppo_clip`.
 
     Returns:
         ``[B, T]`` per-token loss and the metrics of :mod:`tsctl.algo.losses` (``ratio``: ``s_i`` on suffix and plain tokens).
     """
     seq = sequence_log_ratio(logprobs, old_logprobs, mask.bool() & ~prefix.bool())
-    token = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    log_ratio = torch.where(prefix.bool(), token, logprobs - logprobs.detach() + seq.unsqueeze(-1))
-    return clipped_terms(log_ratio, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    log_ratio = torch.where(prefix.bool(), token_log_ratio(logprobs, old_logprobs), logprobs - logprobs.detach() + seq.unsqueeze(-1))
+    return ppo_clip(log_ratio, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)

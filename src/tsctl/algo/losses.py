@@ -1,32 +1,27 @@
-"""The policy loss: a registry of per-token objectives, a registry of aggregations, and the k3 KL penalty.
+"""Policy losses: the registry of per-token objectives (``algo.policy_loss``), PPO's clip, and the prefix dual clip.
 
-``algo.policy_loss`` names the per-token objective, one whole function of :data:`POLICY_LOSSES`:
-``vanilla`` (here) is :func:`clipped_objective`; another is one new module of :mod:`tsctl.algo`
-registering itself (``gspo``: :mod:`tsctl.algo.gspo`). Each declares ``prefix_clip``: whether it
-bounds seed-prefix tokens by their own dual clip (``clip_c`` per token, :func:`dual_clip_bounds`).
-``algo.loss`` names how the per-token losses of the objective become one number:
-``dapo`` averages over every loss token of the mini-batch (token-mean), ``grpo`` over each sequence's
-tokens, then over sequences (seq-mean). :func:`get_policy_loss` returns the loss of that name, a
-function of the signature of :data:`PolicyLossFn` returning ``(loss, metrics)``.
+An entry of :data:`POLICY_LOSSES` is one whole per-token objective, registered where it is defined: ``vanilla``
+(here), ``gspo`` (:mod:`tsctl.algo.gspo`), ``cispo`` (:mod:`tsctl.algo.cispo`); a new one is one new module of
+:mod:`tsctl.algo`. It is called ``fn(logprobs, old_logprobs, advantages, mask, *, prefix, **arguments)`` with
 
-Importance ratio. ``old_logprobs`` holds, per token, the stored log-prob of the policy the ratio is
-taken against: ``pi_b`` for a seed-prefix token, ``pi_old`` for a suffix or plain token. The loss
-does not care which; it computes ``r_t = exp(logprobs - old_logprobs)`` (log-ratio clamped to
-[-20, 20] against overflow, as verl does).
+- ``logprobs``: ``[B, T]`` ``pi_theta`` log-probs of the sampled tokens (with grad);
+- ``old_logprobs``: ``[B, T]`` the stored log-prob each ratio is taken against: ``pi_b`` on a seed-prefix token,
+  ``pi_old`` on a suffix or plain token (the loss does not care which);
+- ``advantages``: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages;
+- ``mask``: ``[B, T]`` bool, the loss tokens; ``prefix``: ``[B, T]`` bool, the seed-prefix tokens;
+- the ``algo.*`` keys it declares it ``reads`` (``clip_low=0.2``...), and ``settings=`` its own block when it
+  declares ``settings`` (a dataclass defined beside it, keys ``algo.<name>.*``: :mod:`tsctl.config.blocks`);
+- with ``prefix_clip=True``, ``clip_c`` as a ``[B, T]`` tensor of per-token dual-clip constants: seed-prefix tokens
+  bounded by ``algo.prefix_clip_c`` (:func:`dual_clip_bounds`), the entry's answer to a prefix ratio taken
+  against a behaviour policy up to a refresh window stale.
 
-Normalisers. A mini-batch may be split into micro-batches whose losses are summed by gradient
-accumulation. Each loss therefore divides by a normaliser of the whole *mini-batch*, passed in:
-``token_norm`` (its number of loss tokens) and ``seq_norm`` (its number of sequences with at least
-one loss token); :func:`loss_norms` computes both from the mini-batch's mask. With them, the sum of
-the micro-batch losses equals the unsplit loss exactly, and so does the gradient.
+It returns the ``[B, T]`` per-token loss (before aggregation, :mod:`tsctl.algo.aggregations`) and per-token
+metrics, detached float ``[B, T]`` tensors reduced over the loss mask by the caller (sum and count, or by
+position and source with :mod:`tsctl.algo.position_metrics`; per-token values aggregate across micro-batches and
+steps without bias). Every entry gives these names:
 
-Metrics. ``metrics`` maps a name to a detached float ``[B, T]`` tensor of per-token values, to be
-reduced over the loss mask by the caller (sum and count, or by position and source with
-:mod:`tsctl.algo.position_metrics`). Per-token values aggregate across micro-batches and steps
-without bias, unlike per-micro-batch means. Names:
-
-- ``pg_loss``: the clipped per-token loss before aggregation (and before any per-token ``weights``).
-- ``ratio``: ``r_t``.
+- ``pg_loss``: the per-token loss before aggregation (and before any rollout-correction weight).
+- ``ratio``: ``r_t`` (the entry's importance ratio of the token).
 - ``clip_low``: 1 where the lower clip is active: ``A < 0`` and ``r_t < 1 - clip_low``.
 - ``clip_high``: 1 where the upper clip is active: ``A > 0`` and ``r_t > 1 + clip_high``.
 - ``clip_dual``: 1 where the dual clip is active: ``A < 0`` and ``r_t > clip_c`` (0 when off).
@@ -37,11 +32,8 @@ without bias, unlike per-micro-batch means. Names:
 The masked token-mean of ``clip_low + clip_high`` is verl's ``pg_clipfrac`` (tokens where the clipped
 term wins: ``-A * clip(r) > -A * r``); that of ``clip_dual`` is verl's ``pg_clipfrac_lower``.
 
-Dual clip per token. ``clip_c`` may be a ``[B, T]`` tensor of per-token constants (``inf`` where the
-dual clip is off): :func:`dual_clip_bounds` gives seed-prefix tokens their own bound
-(``algo.prefix_clip_c``). A prefix token's ratio is taken against a behaviour policy up to a whole
-refresh window stale, so ``pi_theta >> pi_b`` is common there; with ``A < 0`` the unclipped ``-A r``
-would grow without bound, the dual clip caps it at ``-A c`` (zero gradient beyond ``r = c``).
+Importance ratio. ``r_t = exp(logprobs - old_logprobs)``, the log-ratio clamped to [-20, 20] against overflow (as
+verl does).
 """
 
 from __future__ import annotations
@@ -54,54 +46,30 @@ from torch import Tensor
 
 from tsctl.config.registry import Registry
 
-Norm = Union[float, Tensor]
 DualClip = Union[float, Tensor, None]
 """A dual-clip constant: one float for every token, a ``[B, T]`` tensor of per-token constants, or None (off)."""
-PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
-"""``fn(logprobs, old_logprobs, advantages, mask, *, policy_loss, prefix, clip_low, clip_high, clip_c, token_norm, seq_norm, weights)``."""
-Objective = Callable[..., tuple[Tensor, dict[str, Tensor]]]
-"""An entry of :data:`POLICY_LOSSES`: ``fn(logprobs, old_logprobs, advantages, mask, *, prefix, clip_low, clip_high,
-clip_c) -> ([B, T] per-token loss, [B, T] metrics)``; ``prefix`` is ``[B, T]`` bool, True on seed-prefix tokens."""
-Aggregation = Callable[[Tensor, Tensor, Norm, Norm], Tensor]
-"""``aggregate(values, mask, token_norm, seq_norm) -> 0-d loss`` from ``[B, T]`` per-token values."""
+PolicyLoss = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+"""An entry of :data:`POLICY_LOSSES` (the module docstring): ``fn(logprobs, old_logprobs, advantages, mask, *, prefix,
+**arguments) -> ([B, T] per-token loss, [B, T] metrics)``."""
 
 LOG_RATIO_CLAMP = 20.0
 
-
-def loss_norms(mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Normalisers of a whole mini-batch: ``(token_norm, seq_norm)``.
-
-    Args:
-        mask: ``[B, T]`` loss mask of the *whole* mini-batch (before any micro-batch split).
-
-    Returns:
-        ``token_norm``: 0-d float, number of loss tokens; ``seq_norm``: 0-d float, number of
-        sequences with at least one loss token. Each is at least 1, so an empty mini-batch gives
-        a zero loss instead of NaN.
-    """
-    m = mask.bool()
-    token_norm = m.sum().clamp(min=1).to(torch.float32)
-    seq_norm = m.any(dim=-1).sum().clamp(min=1).to(torch.float32)
-    return token_norm, seq_norm
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", __package__, key="algo.policy_loss", reads=(), prefix_clip=False)
+"""The per-token objectives by name (``algo.policy_loss``), from any module of :mod:`tsctl.algo`. Each declares ``reads``
+(the ``algo.*`` keys it takes as keyword arguments), ``settings`` (its own block) and ``prefix_clip`` (it takes
+``clip_c`` per token, seed-prefix tokens bounded by ``algo.prefix_clip_c``; such an entry reads ``clip_c``)."""
 
 
-def clipped_objective(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    clip_c: DualClip = None,
+def ppo_clip(
+    log_ratio: Tensor, advantages: Tensor, *, clip_low: float, clip_high: float, clip_c: DualClip = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token PPO loss with clip-higher and optional dual clip (verl's vanilla policy loss).
+    """PPO's clipped per-token loss with clip-higher and an optional dual clip (verl's vanilla policy loss).
 
-    ``l_t = max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high))``; with ``clip_c`` and ``A < 0``,
-    ``l_t = min(l_t, -A clip_c)`` (``clip_c`` may differ per token).
+    ``l_t = max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high))`` with ``r_t = exp(log_ratio)``; with ``clip_c``
+    and ``A < 0``, ``l_t = min(l_t, -A clip_c)`` (``clip_c`` may differ per token).
 
     Args:
-        logprobs: ``[B, T]`` log-probs of the sampled tokens under ``pi_theta`` (with grad).
-        old_logprobs: ``[B, T]`` stored log-probs of the policy the ratio is taken against.
+        log_ratio: ``[B, T]`` log importance ratios (with grad, clamped), per token or GSPO's per sequence.
         advantages: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages.
         clip_low: lower clip range (> 0).
         clip_high: upper clip range (> 0).
@@ -109,19 +77,7 @@ def clipped_objective(
             where off; see :func:`dual_clip_bounds`), or None to disable the dual clip.
 
     Returns:
-        ``[B, T]`` per-token loss, and the per-token metrics described in the module docstring.
-    """
-    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return clipped_terms(log_ratio, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
-
-
-def clipped_terms(
-    log_ratio: Tensor, advantages: Tensor, *, clip_low: float, clip_high: float, clip_c: DualClip = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """:func:`clipped_objective` from the log importance ratios: ``r_t = exp(log_ratio)``, then the clips.
-
-    ``log_ratio``: ``[B, T]`` log-ratios (with grad, clamped), per token or GSPO's per sequence; the other
-    arguments and the ``[B, T]`` loss and metrics returned as in :func:`clipped_objective`.
+        ``[B, T]`` per-token loss, and the per-token metrics of the module docstring.
     """
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     ratio = log_ratio.exp()
@@ -153,7 +109,11 @@ def clipped_terms(
 
 
 def dual_clip_bounds(prefix: Tensor, clip_c: Optional[float], prefix_clip_c: Optional[float]) -> Union[float, Tensor, None]:
-    """The ``clip_c`` argument of a policy loss: ``clip_c`` everywhere, tighter on seed-prefix tokens.
+    """The ``clip_c`` argument of a policy loss that declares ``prefix_clip``: ``clip_c`` everywhere, tighter on seed-prefix tokens.
+
+    A prefix token's ratio is taken against a behaviour policy up to a whole refresh window stale, so
+    ``pi_theta >> pi_b`` is common there; with ``A < 0`` the unclipped ``-A r`` would grow without bound, and the
+    dual clip caps it at ``-A c`` (zero gradient beyond ``r = c``).
 
     Args:
         prefix: ``[B, T]`` bool, True on seed-prefix tokens (ratio taken against pi_b).
@@ -171,119 +131,15 @@ def dual_clip_bounds(prefix: Tensor, clip_c: Optional[float], prefix_clip_c: Opt
     return torch.where(prefix.bool(), min(other, prefix_clip_c), other).to(torch.float32)
 
 
-def aggregate_token_mean(values: Tensor, mask: Tensor, token_norm: Norm) -> Tensor:
-    """DAPO aggregation: ``sum(values * mask) / token_norm``.
-
-    Args:
-        values: ``[B, T]`` per-token values (finite at masked-out positions).
-        mask: ``[B, T]`` loss mask.
-        token_norm: loss tokens of the whole mini-batch.
-
-    Returns:
-        0-d tensor.
-    """
-    return (values * mask.to(values.dtype)).sum() / token_norm
+def token_log_ratio(logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
+    """``[B, T]`` per-token log importance ratios ``logprobs - old_logprobs``, clamped to [-20, 20] (with grad)."""
+    return (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
-def aggregate_sequence_mean(values: Tensor, mask: Tensor, seq_norm: Norm) -> Tensor:
-    """GRPO aggregation: per-sequence token-mean, summed over sequences, divided by ``seq_norm``.
-
-    A sequence without loss tokens contributes 0 (and is not counted in ``seq_norm`` by
-    :func:`loss_norms`).
-
-    Args:
-        values: ``[B, T]`` per-token values (finite at masked-out positions).
-        mask: ``[B, T]`` loss mask.
-        seq_norm: sequences with at least one loss token in the whole mini-batch.
-
-    Returns:
-        0-d tensor.
-    """
-    m = mask.to(values.dtype)
-    per_seq = (values * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)
-    return per_seq.sum() / seq_norm
-
-
-AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation")
-"""How each ``algo.loss`` aggregates the per-token clipped losses: ``dapo`` token-mean, ``grpo`` seq-mean."""
-
-
-@AGGREGATIONS.register("dapo")
-def _dapo(values: Tensor, mask: Tensor, token_norm: Norm, seq_norm: Norm) -> Tensor:
-    """DAPO: ``sum_{i,t} mask_it * l_it / token_norm`` (``seq_norm`` unused)."""
-    return aggregate_token_mean(values, mask, token_norm)
-
-
-@AGGREGATIONS.register("grpo")
-def _grpo(values: Tensor, mask: Tensor, token_norm: Norm, seq_norm: Norm) -> Tensor:
-    """GRPO: ``sum_i (sum_t mask_it * l_it / sum_t mask_it) / seq_norm`` (``token_norm`` unused)."""
-    return aggregate_sequence_mean(values, mask, seq_norm)
-
-
-POLICY_LOSSES: Registry[Objective] = Registry("policy loss", __package__, prefix_clip=False)
-"""The per-token objectives by name (``algo.policy_loss``), from any module of :mod:`tsctl.algo`. Each declares
-``prefix_clip``: True if it takes per-token ``clip_c`` bounding seed-prefix tokens by ``algo.prefix_clip_c``."""
-
-
-@POLICY_LOSSES.register("vanilla", prefix_clip=True)
-def _vanilla(
+@POLICY_LOSSES.register("vanilla", reads=("clip_low", "clip_high", "clip_c"), prefix_clip=True)
+def vanilla(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
     prefix: Tensor, clip_low: float, clip_high: float, clip_c: DualClip = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """:func:`clipped_objective`: every token's own ratio (a prefix token's against pi_b), its own dual clip."""
-    return clipped_objective(logprobs, old_logprobs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    """The policy loss ``algo.loss=name``: an objective of :data:`POLICY_LOSSES` per token, then the aggregation ``name``.
-
-    The returned function takes ``(logprobs, old_logprobs, advantages, mask, *, policy_loss="vanilla",
-    prefix=None, clip_low, clip_high, clip_c=None, token_norm, seq_norm, weights=None)``:
-
-    - ``logprobs``: ``[B, T]`` ``pi_theta`` log-probs (with grad);
-    - ``old_logprobs``: ``[B, T]`` stored log-probs the ratio is taken against;
-    - ``advantages``: ``[B]`` (or ``[B, T]``);
-    - ``mask``: ``[B, T]`` response tokens that enter the loss;
-    - ``policy_loss``: the objective's name (``algo.policy_loss``); ``prefix``: ``[B, T]`` bool seed-prefix
-      tokens (None: none);
-    - ``clip_low``, ``clip_high``, ``clip_c``: see :func:`clipped_objective`;
-    - ``token_norm``, ``seq_norm``: loss tokens and sequences of the whole mini-batch (:func:`loss_norms`);
-    - ``weights``: ``[B, T]`` detached per-token multipliers of the clipped terms before aggregation
-      (the rollout correction, :mod:`tsctl.algo.rollout_correction`), or None: no multiplication;
-
-    and returns the 0-d loss and the per-token ``[B, T]`` metrics. An unknown name raises ValueError
-    listing the valid ones.
-    """
-    aggregate = AGGREGATIONS.get(name)
-
-    def loss(
-        logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *, policy_loss: str = "vanilla",
-        prefix: Optional[Tensor] = None, clip_low: float, clip_high: float, clip_c: DualClip = None, token_norm: Norm,
-        seq_norm: Norm, weights: Optional[Tensor] = None,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        per_token, metrics = POLICY_LOSSES.get(policy_loss)(
-            logprobs, old_logprobs, advantages, mask, prefix=torch.zeros_like(mask, dtype=torch.bool) if prefix is None else prefix,
-            clip_low=clip_low, clip_high=clip_high, clip_c=clip_c,
-        )
-        if weights is not None:
-            per_token = per_token * weights
-        return aggregate(per_token, mask, token_norm, seq_norm), metrics
-
-    return loss
-
-
-def kl_penalty_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """Per-token k3 estimate of ``KL(pi || pi_ref)`` for tokens sampled from ``pi``.
-
-    ``k3 = exp(d) - d - 1`` with ``d = ref_logprobs - logprobs`` clamped to [-20, 20]; the result is
-    clamped to at most 10 (verl's ``low_var_kl``), so one wild token cannot dominate the penalty.
-
-    Args:
-        logprobs: ``[B, T]`` log-probs under ``pi`` (the policy being trained, with grad).
-        ref_logprobs: ``[B, T]`` log-probs under the reference policy.
-
-    Returns:
-        ``[B, T]`` non-negative per-token penalties.
-    """
-    d = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return (d.exp() - d - 1.0).clamp(max=10.0)
+    """:func:`ppo_clip` of every token's own ratio (a prefix token's against pi_b), with its own dual clip."""
+    return ppo_clip(token_log_ratio(logprobs, old_logprobs), advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)

@@ -14,7 +14,8 @@ to [-20, 20]) without gradient; ``c`` is ``algo.rollout_correction_cap`` (>= 1):
   of the response mask, and so out of the denominator).
 
 ``none`` (the default) computes no weight: the update is exactly the one without a correction.
-Each mode is one function of ``(ratio, cap)`` registered in :data:`CORRECTIONS`.
+Each mode is one function of ``(ratio, cap)`` registered in :data:`CORRECTIONS` (a new one: one new module of
+:mod:`tsctl.algo` registering itself).
 
 Which tokens: the caller names them (``correctable``); the update weighs the suffix and plain tokens,
 which the engine sampled from pi_old, and leaves seed-prefix tokens at 1 (their ratio is taken against
@@ -36,8 +37,8 @@ from tsctl.config.registry import Registry
 CorrectionFn = Callable[[Tensor, float], Tensor]
 """``fn(ratio, cap) -> weights``: each corrected token's weight from its ratio ``pi_old / pi_engine`` (same shape)."""
 
-CORRECTIONS: Registry[CorrectionFn] = Registry("rollout correction")
-"""The modes of ``algo.rollout_correction`` other than ``none``."""
+CORRECTIONS: Registry[CorrectionFn] = Registry("rollout correction", __package__, key="algo.rollout_correction")
+"""The modes of ``algo.rollout_correction`` other than ``none``, from any module of :mod:`tsctl.algo`."""
 
 
 @CORRECTIONS.register("tis")

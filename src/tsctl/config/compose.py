@@ -1,7 +1,7 @@
 """Compose a command's config from ``conf/`` plus command-line overrides (types and keys checked).
 
 Ranges and registered names are checked above, by every command's composition step
-(:func:`tsctl.stages.compose.compose_config`).
+(:func:`tsctl.runconfig.compose_config`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from tsctl.config.errors import ConfigError
+from tsctl.config.moved import MOVED_KEYS
 from tsctl.config.overrides import check_overrides
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
@@ -41,13 +42,16 @@ def _explain(err: Exception) -> ConfigError:
         options = sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
         return ConfigError(group, f"unknown option {option!r}; choose one of {', '.join(options)}")
     key = getattr(err, "full_key", None) or "overrides"
+    if str(key) in MOVED_KEYS:
+        return ConfigError(str(key), f"unknown key: it is {MOVED_KEYS[str(key)]} now")
     if re.search(r"Key '[^']+' not in", first):
         return ConfigError(str(key), f"unknown key ({first}); see the valid keys with --cfg job")
     return ConfigError(str(key), first)
 
 
-def compose_node(overrides: list[str] | None = None, command: str | None = None) -> Composed:
-    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax); keys and types are checked, values not yet.
+def compose_node(overrides: list[str] | None = None, command: str | None = None, schema: type = TsctlConfig) -> Composed:
+    """Compose ``conf/config.yaml`` with ``overrides`` (Hydra syntax) onto ``schema`` (:class:`TsctlConfig` or a
+    subclass holding settings blocks, :mod:`tsctl.config.blocks`); keys and types are checked, values not yet.
     With ``command`` (``train``, ``eval``, ...), overrides that command would ignore are refused first
     (:func:`tsctl.config.overrides.check_overrides`).
 
@@ -56,7 +60,7 @@ def compose_node(overrides: list[str] | None = None, command: str | None = None)
     """
     if command is not None:
         check_overrides(list(overrides or []), command)
-    register_schema()
+    register_schema(schema)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="tsctl"):
@@ -70,7 +74,7 @@ def compose_node(overrides: list[str] | None = None, command: str | None = None)
     finally:
         GlobalHydra.instance().clear()
     assert isinstance(obj, TsctlConfig)
-    unknown = unknown_keys(node, TsctlConfig)
+    unknown = unknown_keys(node, schema)
     if unknown:
         raise ConfigError(unknown[0], "unknown key: tsctl has no such setting and would ignore it; drop it, or fix its spelling and drop the '+' (see the valid keys with --cfg job)")
     return Composed(node=node, cfg=obj)

@@ -7,7 +7,7 @@ range of the library that receives it (:mod:`tsctl.config.checks.numbers`). Name
 exist in a registry of a higher layer (``algo.loss``, ``truncation``, ``task.name``, ``engine.name``,
 ``seeds.selector``, ``seeds.source``, ...), what those entries declare they need (a task's own
 settings, a seed source's path) and checks that need a package's own logic (how many samples
-``ratio`` seeds) are checked by the command's composition step, :mod:`tsctl.stages.compose`.
+``ratio`` seeds) are checked by the command's composition step, :mod:`tsctl.runconfig`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ threads on the cores: on CPU a step then runs up to 10x slower). So, before the 
 - **Threads.** ``torch.set_num_threads(cores // N)`` (at least 1) for the point's whole run;
   ``TSCTL_THREADS_PER_JOB=<k>`` sets ``k`` instead. The count never changes during a run, even when a
   point is left alone at the end of a sweep: the thread count decides how a matmul splits its sums, and
-  a run at two threads drifts away from the same run at one (:mod:`tsctl.io.arithmetic`), so a point's
+  a run at two threads drifts away from the same run at one (:mod:`tsctl.io.rounding`), so a point's
   numbers must not depend on when the other points end.
 
 One job at a time (the default launcher, ``n_jobs=1``) pins nothing: a sequential sweep runs exactly as

@@ -46,6 +46,7 @@ from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.decode_attention import DECODE_ATTENTION
 from tsctl.engines.fused_decode import FusedDecoder
 from tsctl.engines.kv_cache import PreallocatedLayer
+from tsctl.engines.registry import ENGINES, EngineBuild
 from tsctl.engines.sampling import sample
 from tsctl.models.padding import additive_mask, left_pad, prefill_mask
 from tsctl.models.precision import autocast
@@ -269,3 +270,9 @@ class HFEngine:
                 tokens.tolist(), logprobs.tolist(), entropies.tolist(), starts.tolist(), stops.tolist(), finished.tolist()
             )
         ]
+
+
+@ENGINES.register("hf", in_process=True, own_logprobs=True)
+def build(build: EngineBuild) -> HFEngine:
+    """The ``hf`` engine over the model object it is given (``engine.batch_size`` sequences decoded together)."""
+    return HFEngine(build.model, build.end_ids, pad_id=build.pad_id, batch_size=build.cfg.batch_size, compute_dtype=build.compute_dtype)

@@ -53,10 +53,14 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.rng import rank_seed
-from tsctl.distributed.world import World, before_leaving, current
-from tsctl.engines import vllm_logs, vllm_platform, vllm_weights
-from tsctl.engines.base import Completion, Request, SamplingParams
+from tsctl.config.schema import TsctlConfig
+from tsctl.distributed.world import World, before_leaving, current, from_env
+from tsctl.engines import vllm_logs, vllm_platform, vllm_sizing, vllm_weights
+from tsctl.engines.base import Completion, Demand, Request, SamplingParams
+from tsctl.engines.registry import ENGINES, EngineBuild
+from tsctl.engines.vllm_settings import VllmSettings
 
 INSTALL_HINT = (
     f"the vllm engine needs vLLM (Python >= 3.11): {vllm_platform.GPU_INSTALL} on a CUDA machine, {vllm_platform.CPU_INSTALL} on the CPU"
@@ -214,8 +218,8 @@ class VLLMEngine:
             length = len(request.prompt_ids) + len(request.prefix_ids) + request.token_limit(params)
             if length > self.max_model_len:
                 raise ValueError(
-                    f"a request needs {length} tokens (prompt + prefix + max_new_tokens) but engine.max_model_len is "
-                    f"{self.max_model_len}; raise engine.max_model_len or lower engine.max_new_tokens"
+                    f"a request needs {length} tokens (prompt + prefix + max_new_tokens) but engine.vllm.max_model_len is "
+                    f"{self.max_model_len}; raise engine.vllm.max_model_len or lower engine.max_new_tokens"
                 )
         outputs = self.llm.generate(
             build_prompts(requests), build_sampling_params(self._sampling_params_cls, params, self.end_ids, requests), use_tqdm=False
@@ -243,7 +247,7 @@ class VLLMEngine:
             self.llm.collective_rpc("tsctl_load_weights", args=(weights,))
         else:
             for bucket in vllm_weights.buckets(weights, self.bucket_bytes):
-                flat, specs = vllm_weights.pack(bucket)
+                flat, specs = vllm_weights.flatten_bucket(bucket)
                 self.llm.collective_rpc("tsctl_load_ipc", args=(vllm_weights.share_ipc(flat), specs))
                 del flat
             torch.cuda.ipc_collect()
@@ -273,7 +277,36 @@ def torchrun_settings(tensor_parallel_size: int, world: World) -> dict[str, Any]
         return {}
     if tensor_parallel_size != 1:
         raise ValueError(
-            f"engine.tensor_parallel_size={tensor_parallel_size} under torchrun: each rank runs its own vLLM engine "
+            f"engine.vllm.tensor_parallel_size={tensor_parallel_size} under torchrun: each rank runs its own vLLM engine "
             "with tensor_parallel_size=1; use a model that fits one GPU per rank, or train in one process with TP > 1"
         )
     return {"distributed_executor_backend": "external_launcher"}
+
+
+def _check(cfg: TsctlConfig, settings: VllmSettings) -> None:
+    """What ``engine=vllm`` refuses at composition: a context too short for a response, tensor parallelism under torchrun."""
+    if settings.max_model_len is not None and settings.max_model_len <= cfg.engine.max_new_tokens:
+        raise ConfigError("engine.vllm.max_model_len", f"{settings.max_model_len} must exceed engine.max_new_tokens={cfg.engine.max_new_tokens} (prompts need room too)")
+    try:
+        torchrun_settings(settings.tensor_parallel_size, from_env())
+    except ValueError as err:
+        raise ConfigError("engine.vllm.tensor_parallel_size", str(err)) from None
+
+
+@ENGINES.register("vllm", settings=VllmSettings, check=_check, runs_here=vllm_platform.check_runs_here)
+def build(build: EngineBuild) -> VLLMEngine:
+    """The vllm engine over a copy of the model loaded from ``build.model_path``, sized for ``build.demand``."""
+    cfg, model, settings = build.cfg, build.model, build.settings
+    vllm_platform.check_runs_here(cfg, settings)
+    if build.model_path is None:
+        raise ValueError("the vllm engine loads the model from a folder: pass model_path (a save_pretrained folder)")
+    dtype = vllm_platform.dtype(settings)
+    size = vllm_sizing.size(cfg, settings.max_model_len, model, dtype, build.demand() if build.demand else Demand(), vllm_platform.free_memory())
+    log = vllm_logs.open_log(build.log_dir or Path(tempfile.gettempdir()), tied_head=bool(getattr(model.config, "tie_word_embeddings", False)))
+    with vllm_logs.starting(log):  # the first import of vLLM
+        vllm_platform.check_model_runs_here(model.config)
+    return VLLMEngine(
+        build.model_path, build.end_ids, dtype=dtype, seed=build.seed, gpu_memory_utilization=settings.gpu_memory_utilization,
+        tensor_parallel_size=settings.tensor_parallel_size, max_model_len=size.max_model_len, max_num_seqs=size.max_num_seqs,
+        enable_sleep_mode=vllm_platform.sleep_mode(settings), enforce_eager=settings.enforce_eager, kv_cache_bytes=size.kv_cache_bytes, log=log,
+    )

@@ -31,8 +31,8 @@ NOISE: dict[str, str] = {
     "The global random seed is set to": "tsctl seeds its own generators after the engine starts (engines/vllm.py)",
     "doesn't allow to use `torch.set_num_threads`": "vLLM's own thread settings, ignored once its CPU build has pinned its threads",
     "is set; leaving Torch threads at": "tsctl decodes with the threads it is given (OMP_NUM_THREADS) on purpose",
-    "Enforce eager set, disabling torch.compile": "what engine.enforce_eager=true asks for",
-    "Inductor compilation was disabled by user settings": "what engine.enforce_eager=true asks for",
+    "Enforce eager set, disabling torch.compile": "what engine.vllm.enforce_eager=true asks for",
+    "Inductor compilation was disabled by user settings": "what engine.vllm.enforce_eager=true asks for",
     "Compiling model again due to a load failure": "a compile cache of another version; vLLM compiles afresh",
     "RotaryEmbedding: Failed to load weights": "its cos/sin table is computed from the config, never in a checkpoint; every weight sync keeps it",
 }

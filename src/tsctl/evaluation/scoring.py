@@ -7,7 +7,7 @@ evaluation goes through here:
 - the built-in model's held-out score after its warm-up (``tsctl warmup``, :func:`greedy_accuracy`);
 - held-out evaluation inside training, the ``eval/*`` metrics (:func:`heldout_metrics`);
 - a sweep point's final evaluation, ``final_eval.json`` with its per-problem record (:func:`final_eval`);
-- ``tsctl eval``'s greedy accuracy and pass@k (:func:`solve_rates`, used by :mod:`tsctl.evaluation.scores`).
+- ``tsctl eval``'s greedy accuracy and pass@k (:func:`solve_rates`, used by :mod:`tsctl.evaluation.benchmark_scores`).
 
 Greedy responses are temperature 0; sampled ones use the ``engine`` settings.
 """

@@ -29,7 +29,7 @@ def print_results(results: Sequence[dict[str, Any]], console: Console) -> None:
 
 def results_table(results: Sequence[dict[str, Any]]) -> Table:
     """Rows in result order (checkpoints, then benchmarks within each); columns are the metrics of
-    :mod:`tsctl.evaluation.scores`, with one pass@k column per k found in the results."""
+    :mod:`tsctl.evaluation.benchmark_scores`, with one pass@k column per k found in the results."""
     ks = sorted({int(key.removeprefix("pass@")) for r in results for key in r if key.startswith("pass@")})
     table = Table(title="tsctl eval", title_justify="left", caption=_sampling(results[0]) if results else None, caption_justify="left")
     for header in ("checkpoint", "benchmark"):

@@ -4,7 +4,8 @@ A resume (:func:`tsctl.io.runs.locate_run`) and a sweep that finds its points al
 (:mod:`tsctl.stages.ablate.existing`) go on only when the two are the same run: the same values, less
 the keys that place a run (:data:`PLACE_KEYS`). A key a saved config lacks is no change where the
 schema's default of it keeps what tsctl did without it, or where tsctl derives it from the others
-(:data:`DERIVED_KEYS`).
+(:data:`DERIVED_KEYS`); a key a saved config holds at its former place (:data:`~tsctl.config.moved.MOVED_KEYS`) is compared at its
+place now.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from tsctl.config.schema import TsctlConfig
+from tsctl.config.moved import MOVED_KEYS
+from tsctl.config.store import registered_schema
 
 PLACE_KEYS = ("runs_dir", "experiment", "name", "resume")
 """Keys that place a run rather than define it: a run folder moved elsewhere resumes there."""
@@ -37,7 +39,8 @@ def changed_keys(before: DictConfig, after: DictConfig, ignored: tuple[str, ...]
     """``(key, old, new)`` for each key whose value differs between two configs, values as JSON (:data:`PLACE_KEYS` and
     ``ignored`` left out; see the module docstring for a key ``before`` lacks)."""
     old, new = (flatten(OmegaConf.to_container(c, resolve=True)) for c in (before, after))
-    defaults = flatten(OmegaConf.to_container(OmegaConf.structured(TsctlConfig), resolve=True))
+    old = {MOVED_KEYS.get(k, k): v for k, v in old.items()}
+    defaults = flatten(OmegaConf.to_container(OmegaConf.structured(registered_schema()), resolve=True))
     return [
         (k, old.get(k, ABSENT), new.get(k, ABSENT)) for k in sorted(set(old) | set(new))
         if k not in PLACE_KEYS and k not in ignored and old.get(k, ABSENT) != new.get(k, ABSENT)

@@ -1,4 +1,4 @@
-"""Pack samples into padded tensors: the batch every forward of a step reads.
+"""Collate samples into padded tensors: the batch every forward of a step reads.
 
 Layout: each row is ``prompt + response`` right-padded to ``[B, L]``. Response-aligned tensors are
 ``[B, T]`` with ``T`` the longest response; ``resp_index[i, j]`` is the position whose logits
@@ -64,7 +64,7 @@ class RolloutBatch:
         return sub
 
 
-def pack(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int, device: torch.device | str = "cpu") -> RolloutBatch:
+def collate(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int, device: torch.device | str = "cpu") -> RolloutBatch:
     """Pad ``samples`` into a :class:`RolloutBatch` on ``device``; ``advantages`` is [B] in sample order."""
     B = len(samples)
     L = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
@@ -89,10 +89,7 @@ def pack(samples: Sequence[Sample], advantages: torch.Tensor, pad_id: int, devic
     return RolloutBatch(input_ids, attention_mask, resp_index, response_ids, resp_mask, source, behaviour, advantages.float(), finished).to(device)
 
 
-def old_logprobs(policy_logprobs: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
-    """Per-token log-probs the importance ratio is taken against, [B, T].
-
-    Prefix tokens use the stored pi_b log-probs; suffix and plain tokens use ``policy_logprobs``
-    (pi_old, computed at the start of the update).
-    """
+def pi_b_on_prefix(policy_logprobs: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+    """``policy_logprobs`` [B, T] (pi_old's) with the stored pi_b log-probs on the seed-prefix tokens: what each ratio is
+    taken against, before the prefix tokens of unknown pi_b are resolved (:mod:`tsctl.trainer.denominators`)."""
     return torch.where(batch.source == PREFIX, batch.behaviour_logprobs, policy_logprobs)

@@ -22,7 +22,7 @@ from safetensors import safe_open
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tsctl.config.schema import TsctlConfig
-from tsctl.io import arithmetic, atomic
+from tsctl.io import atomic, rounding
 from tsctl.io.progress import console
 from tsctl.models.loading import ModelLoadError
 from tsctl.models.prompts import PromptFormatter
@@ -125,5 +125,5 @@ def build_and_warm_up(cfg: TsctlConfig, score: Scorer) -> tuple[PreTrainedModel,
     report["heldout_problems"] = len(heldout)
     report["parameters"] = sum(p.numel() for p in model.parameters())
     report["task"] = cfg.task.name
-    report["arithmetic"] = arithmetic.current(torch.device("cpu"))  # the weights depend on it (tsctl.io.arithmetic)
+    report["arithmetic"] = rounding.current(torch.device("cpu"))  # the weights depend on it (tsctl.io.rounding)
     return model, tokenizer, report

@@ -1,6 +1,6 @@
 """Split a mini-batch into micro-batches: a row count, or a budget of tokens per forward.
 
-Every micro-batch loss divides by the whole mini-batch's normaliser (:mod:`tsctl.algo.losses`), so
+Every micro-batch loss divides by the whole mini-batch's normaliser (:mod:`tsctl.algo.aggregations`), so
 how the rows are split changes neither the loss nor the gradient, only the memory a forward needs:
 about ``rows x longest row`` tokens of activations when padded, the rows' real tokens when packed
 (:mod:`tsctl.models.packing`).

@@ -142,11 +142,6 @@ def pack_rows(batch: RolloutBatch, share: bool, kind: str = "rows") -> PackedBat
     return PackedBatch(input_ids.to(device), position_ids.to(device), segment.to(device), owner.to(device), predictors.to(device))
 
 
-def packed_tokens(batch: RolloutBatch, share: bool, kind: str = "rows") -> int:
-    """Real tokens the packed forward of ``batch`` runs (:attr:`PackedBatch.tokens` of :func:`pack_rows`), without packing it."""
-    return sum(len(s.tokens) for s in _batch_segments(batch, share, kind))
-
-
 def _batch_segments(batch: RolloutBatch, share: bool, kind: str) -> list[_Segment]:
     """The segments :func:`pack_rows` lays out for ``batch``."""
     if share and kind == "varlen":

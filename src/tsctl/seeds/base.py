@@ -4,7 +4,7 @@ This module is the one reader of the share ``ratio``: :func:`uses_seeds` says wh
 Thinking Seeds run at all, :func:`seeded_count` how many of a group's ``n`` samples continue a seed.
 A ratio whose seeded count is not what it says (``ratio=30`` with ``n=8``: ``round(2.4) = 2``, which is
 ratio 25) or that seeds no sample of a group (``ratio=5`` with ``n=8``) is refused when the config is
-checked (:func:`tsctl.stages.compose.check`, with :func:`inexact_ratio`), so every Thinking Seeds run
+checked (:func:`tsctl.runconfig.check`, with :func:`inexact_ratio`), so every Thinking Seeds run
 seeds at least one sample per group and two ratios of one sweep never run the same experiment.
 
 Refresh windows: with ``refresh = T > 0`` the steps ``w .. w+T-1`` (``w`` a multiple of ``T``) share

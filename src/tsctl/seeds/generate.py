@@ -11,8 +11,8 @@ from transformers import PreTrainedModel
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
 from tsctl.engines.own_logprobs import uses_engine_logprobs
-from tsctl.models.batch import pack
-from tsctl.models.logprobs import recompute_for
+from tsctl.models.batch import collate
+from tsctl.models.forward import Forward
 from tsctl.models.precision import model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
@@ -48,7 +48,7 @@ def seed_columns(
     The behaviour policy is ``model`` (the engine samples from it). Log-probs and entropies at the
     sampling temperature come from the engine when ``trainer.old_logprobs`` allows it (see
     :mod:`tsctl.engines.own_logprobs`) and ``teacher_forced`` is off, else from a teacher-forced
-    forward of the same weights (:func:`tsctl.models.logprobs.recompute_for`).
+    forward of the same weights (the trainer's :class:`~tsctl.models.forward.Forward`).
     """
     e = cfg.engine
     prompts = [formatter.prompt_ids(p.question) for p in problems]
@@ -121,7 +121,7 @@ def cut_points(
 def _teacher_forced(model: PreTrainedModel, samples: list[Sample], pad_id: int, cfg: TsctlConfig, chunk: int = 128) -> tuple[list[list[float]], list[list[float]]]:
     """Per-sample log-probs and entropies of the generated tokens under ``model`` (the trainer's forward
     settings), at most ``chunk`` rows per forward."""
-    batch = pack(samples, torch.zeros(len(samples)), pad_id, model_device(model))
-    lp, ent = recompute_for(cfg, model, batch, micro_batch_size=chunk)
+    batch = collate(samples, torch.zeros(len(samples)), pad_id, model_device(model))
+    lp, ent = Forward.of(cfg).recompute(model, batch, max_rows=chunk)
     lengths = [len(s.generated_ids) for s in samples]
     return [row[:n] for row, n in zip(lp.tolist(), lengths)], [row[:n] for row, n in zip(ent.tolist(), lengths)]

@@ -59,7 +59,7 @@ class ArmStats:
 Selector = Callable[[ArmStats, int, np.random.Generator, SeedsConfig], list[int]]
 """``(stats, prompts, rng, cfg) -> arm per prompt``; ``cfg`` is ``seeds``, of which a selector reads the keys it declares."""
 
-SELECTORS: Registry[Selector] = Registry("selector", __package__, pool=False, arm_log=False, probes=False, reads=())
+SELECTORS: Registry[Selector] = Registry("selector", __package__, key="seeds.selector", pool=False, arm_log=False, probes=False, reads=())
 """Selectors by ``seeds.selector`` name, from any module of :mod:`tsctl.seeds`. Each declares what it needs:
 ``pool`` (it chooses among older snapshots, so the run keeps a behaviour pool; without it the current
 weights write every seed), ``arm_log`` (its arms' rewards, ``seeds/pool/arms.jsonl``), ``probes`` (each

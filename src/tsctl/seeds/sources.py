@@ -161,7 +161,7 @@ class TraceSource:
 
 
 SOURCES: Registry[Callable[[TsctlConfig, PromptFormatter, Task], ModelSource | TraceSource | None]] = Registry(
-    "seed source", own=False, path=None, path_is_file=False, entropies=True, known_logprobs=True, label="",
+    "seed source", key="seeds.source", own=False, path=None, path_is_file=False, entropies=True, known_logprobs=True, label="",
 )
 """Who writes the seeds, by ``seeds.source``: the run's own snapshots (``self``: no outside source), another model, a trace file."""
 SOURCES.register("self", own=True)(lambda cfg, formatter, task: None)

@@ -76,7 +76,7 @@ Strategy = Callable[[Sequence[int], int, CutContext, SeedsConfig, np.random.Gene
 CUT_SCHEDULES: tuple[str, ...] = ("cosine", "linear")
 """Shapes of the ``schedule`` strategy's prefix fraction over the run (``seeds.schedule``); not the learning-rate schedule."""
 
-STRATEGIES: Registry[Strategy] = Registry("truncation strategy", __package__, reads=(), largest=None, entropies=False, controller=False)
+STRATEGIES: Registry[Strategy] = Registry("truncation strategy", __package__, key="truncation", reads=(), largest=None, entropies=False, controller=False)
 """The strategies by name (the values of ``truncation``), from any module of :mod:`tsctl.seeds`. Each declares
 ``reads`` (the ``seeds.*`` keys it reads; another strategy's keys are refused as idle), ``largest`` (the
 largest fraction it cuts at, from ``seeds``: a strategy whose largest is 0 is refused; None: not a

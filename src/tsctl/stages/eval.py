@@ -6,7 +6,7 @@ task's held-out split, any other name a ``conf/benchmark/<name>.yaml`` or a YAML
 benchmarks are loaded before any model, so a data error stops the command at once; once the first
 model is loaded, every prompt is checked against its engine's context (:mod:`tsctl.models.prompt_fit`).
 
-Each checkpoint is scored on each benchmark (:mod:`tsctl.evaluation.scores`): ``eval.k`` samples per
+Each checkpoint is scored on each benchmark (:mod:`tsctl.evaluation.benchmark_scores`): ``eval.k`` samples per
 problem with the ``engine`` settings (temperature, top_p, max_new_tokens; raise
 ``engine.max_new_tokens`` for benchmarks with long answers) and seed ``seed``, plus one greedy
 response. Results go to the checkpoint's folder (a run's ``<run>/eval/step-N/``, else
@@ -32,7 +32,7 @@ from tsctl.config.compose import Composed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.factory import Policy, load_policy
 from tsctl.evaluation.run_task import refuse_other_task
-from tsctl.evaluation.scores import score_suite
+from tsctl.evaluation.benchmark_scores import score_suite
 from tsctl.evaluation.suites import HELDOUT, Suite, fit_suites, load_suites, suites_demand
 from tsctl.evaluation.targets import Target, resolve_targets
 from tsctl.io import atomic

@@ -60,7 +60,7 @@ import torch
 from tsctl.distributed import world as ranks
 from tsctl.engines.factory import unread_keys
 from tsctl.evaluation.scoring import heldout_metrics
-from tsctl.io import arithmetic, faults
+from tsctl.io import faults, rounding
 from tsctl.io.progress import console, make_progress
 from tsctl.io.resume_plan import plan_resume
 from tsctl.io.runs import RunDir, locate_run, open_run
@@ -96,7 +96,7 @@ def train(composed: Composed) -> RunDir:
     quiet = console.quiet
     console.quiet = quiet or not world.main
     try:
-        with arithmetic.threads_kept():
+        with rounding.threads_kept():
             run = _train(composed, world)
     except BaseException as err:
         ranks.stop(clean=isinstance(err, Interrupted))  # an interrupted job's ranks all stopped after the same step
@@ -109,7 +109,7 @@ def train(composed: Composed) -> RunDir:
 
 def _train(composed: Composed, world: ranks.World) -> RunDir:
     cfg, tr = composed.cfg, composed.cfg.trainer
-    unread = tuple(unread_keys(cfg.engine))  # another engine's settings: a resume may find them changed
+    unread = tuple(unread_keys(cfg.engine.name))  # another engine's settings: a resume may find them changed
     located = locate_run(cfg, composed.node, "train", unread)
 
     def claim() -> RunDir:
@@ -126,7 +126,7 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
             faults.hit("resume-planned")
             device = resolve_device(cfg.model.device)
             recorded = located.manifest().get("arithmetic") if cfg.resume else None
-            arithmetic.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
+            rounding.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
             base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
             ctx, tokenizer = setup(cfg, str(plan.start[1] if plan.start else base), base, located, world)
             if ctx.seeds is not None and plan.start:
@@ -144,7 +144,7 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
                 kept = plan.apply()  # the step logs as the resume leaves them; damaged lines set aside
                 if cfg.resume:
                     console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
-                started = {} if recorded else {"arithmetic": arithmetic.current(device)}  # a resumed run keeps what it started with
+                started = {} if recorded else {"arithmetic": rounding.current(device)}  # a resumed run keeps what it started with
                 before = run.manifest() if cfg.resume else {}
                 if (note := world_change(before, start, world.size)) is not None:
                     console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass
 from typing import Sequence
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.schema import ArithmeticConfig, TaskConfig
+from tsctl.config.schema import TaskConfig
 from tsctl.tasks.base import Problem
 from tsctl.tasks.registry import TASKS
 from tsctl.tasks.synthetic import SyntheticTask, draw_distinct, int_config
@@ -79,8 +80,8 @@ class ArithmeticTask(SyntheticTask):
 
     name = "arithmetic"
 
-    def __init__(self, cfg: ArithmeticConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
-        cfg = int_config(ArithmeticConfig, cfg)
+    def __init__(self, cfg: ArithmeticSettings, train_size: int, heldout_size: int, data_seed: int) -> None:
+        cfg = int_config(ArithmeticSettings, cfg)
         check_config(cfg)
         super().__init__(train_size, heldout_size, data_seed)
         self.cfg = cfg
@@ -120,7 +121,19 @@ class ArithmeticTask(SyntheticTask):
         return terms, signs
 
 
-def check_config(cfg: ArithmeticConfig) -> None:
+
+@dataclass
+class ArithmeticSettings:
+    """``task.arithmetic.*``: evaluate a sum/difference of several multi-digit numbers step by step."""
+
+    min_terms: int = 3
+    """Fewest terms in the expression."""
+    max_terms: int = 5
+    """Most terms in the expression."""
+    max_digits: int = 1
+    """Each term has 1..max_digits digits (2 is much harder for the built-in model: ~4% after warm-up)."""
+
+def check_config(cfg: ArithmeticSettings) -> None:
     """Refuse ``task.arithmetic`` settings the task cannot generate, in one line naming the key."""
     if not 2 <= cfg.min_terms <= cfg.max_terms:
         raise ConfigError("task.arithmetic.min_terms", "need 2 <= min_terms <= max_terms")
@@ -128,6 +141,6 @@ def check_config(cfg: ArithmeticConfig) -> None:
         raise ConfigError("task.arithmetic.max_digits", f"{cfg.max_digits} is out of range; allowed: 1 <= task.arithmetic.max_digits <= {MAX_DIGITS}")
 
 
-@TASKS.register("arithmetic", check=lambda cfg: check_config(cfg.arithmetic))
-def _build(cfg: TaskConfig) -> ArithmeticTask:
-    return ArithmeticTask(cfg.arithmetic, cfg.train_size, cfg.heldout_size, cfg.data_seed)
+@TASKS.register("arithmetic", settings=ArithmeticSettings, check=lambda cfg, settings: check_config(settings))
+def _build(cfg: TaskConfig, settings: ArithmeticSettings) -> ArithmeticTask:
+    return ArithmeticTask(settings, cfg.train_size, cfg.heldout_size, cfg.data_seed)

@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.schema import CountdownConfig, TaskConfig
+from tsctl.config.schema import TaskConfig
 from tsctl.tasks.base import Problem
 from tsctl.tasks.registry import TASKS
 from tsctl.tasks.synthetic import SyntheticTask, draw_distinct, int_config
@@ -258,8 +258,8 @@ class CountdownTask(SyntheticTask):
 
     name = "countdown"
 
-    def __init__(self, cfg: CountdownConfig, train_size: int, heldout_size: int, data_seed: int) -> None:
-        cfg = int_config(CountdownConfig, cfg)
+    def __init__(self, cfg: CountdownSettings, train_size: int, heldout_size: int, data_seed: int) -> None:
+        cfg = int_config(CountdownSettings, cfg)
         check_config(cfg)
         super().__init__(train_size, heldout_size, data_seed)
         self.cfg = cfg
@@ -310,7 +310,21 @@ class CountdownTask(SyntheticTask):
         return numbers, target
 
 
-def check_config(cfg: CountdownConfig) -> None:
+
+@dataclass
+class CountdownSettings:
+    """``task.countdown.*``: combine the given numbers with + - * to reach the target."""
+
+    min_numbers: int = 3
+    """Fewest numbers offered."""
+    max_numbers: int = 4
+    """Most numbers offered."""
+    max_number: int = 10
+    """Numbers are drawn from 1..max_number."""
+    max_target: int = 100
+    """Targets above this (or equal to a given number) are rejected while generating."""
+
+def check_config(cfg: CountdownSettings) -> None:
     """Refuse ``task.countdown`` settings the task cannot generate, in one line naming the key."""
     if not 2 <= cfg.min_numbers <= cfg.max_numbers <= MAX_NUMBERS:
         raise ConfigError("task.countdown.min_numbers", f"need 2 <= min_numbers <= max_numbers <= {MAX_NUMBERS} (4 is fast; {MAX_NUMBERS} takes minutes to generate)")
@@ -318,6 +332,6 @@ def check_config(cfg: CountdownConfig) -> None:
         raise ConfigError("task.countdown.max_number", "task.countdown.max_number and task.countdown.max_target must be >= 1")
 
 
-@TASKS.register("countdown", check=lambda cfg: check_config(cfg.countdown))
-def _build(cfg: TaskConfig) -> CountdownTask:
-    return CountdownTask(cfg.countdown, cfg.train_size, cfg.heldout_size, cfg.data_seed)
+@TASKS.register("countdown", settings=CountdownSettings, check=lambda cfg, settings: check_config(settings))
+def _build(cfg: TaskConfig, settings: CountdownSettings) -> CountdownTask:
+    return CountdownTask(settings, cfg.train_size, cfg.heldout_size, cfg.data_seed)

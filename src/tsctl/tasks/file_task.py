@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.ranges import in_range, one_of
-from tsctl.config.schema import FileTaskConfig, TaskConfig
+from tsctl.config.schema import TaskConfig
 from tsctl.tasks.base import Problem, Split
 from tsctl.tasks.grading import GRADERS, answer_instruction, ensure_answer_line, response_reward
-from tsctl.tasks.records import ANSWER_RULES, DataError, Record, read_records
+from tsctl.tasks.records import ANSWER_RULES, BAD_ROW_POLICIES, DataError, Record, read_records
 from tsctl.tasks.registry import TASKS
 
 logger = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ class FileTask:
 
     name = "file"
 
-    def __init__(self, cfg: FileTaskConfig, data_seed: int, *, on_bad_row: str = "error") -> None:
+    def __init__(self, cfg: FileTaskSettings, data_seed: int, *, on_bad_row: str = "error") -> None:
         """Read and split the files now, so a data problem surfaces before any training starts.
 
         Args:
@@ -112,20 +114,53 @@ def _split(records: list[Record], fraction: float, seed: int) -> tuple[list[Reco
     return train, heldout
 
 
-def instruction(cfg: FileTaskConfig) -> str:
+def instruction(cfg: FileTaskSettings) -> str:
     """``task.file.instruction``, null resolved: the request for the final answer in the form ``task.file.grader`` reads."""
     return answer_instruction(cfg.grader, cfg.answer_pattern) if cfg.instruction is None else cfg.instruction
 
 
-def check_config(cfg: FileTaskConfig) -> None:
+
+@dataclass
+class FileTaskSettings:
+    """``task.file.*``: a bring-your-own task, a JSONL or Parquet file with one problem per row."""
+
+    train_path: Optional[str] = None
+    """File with the training problems (questions for RL, solutions for warm-up)."""
+    heldout_path: Optional[str] = None
+    """File with held-out problems; when absent, ``heldout_fraction`` of train_path is held out."""
+    heldout_fraction: float = 0.1
+    """Share of train_path held out when heldout_path is not given."""
+    question_field: str = "question"
+    """Field holding the question text."""
+    solution_field: Optional[str] = "solution"
+    """Field holding a worked solution (needed by warm-up only); null when there is none."""
+    answer_field: str = "answer"
+    """Field holding the gold final answer."""
+    answer_rule: str = "field"
+    """How the gold answer is read from answer_field: ``field`` (as is), ``boxed`` (last \\boxed{}),
+    ``after_hashes`` (after the last ``####``) or ``list_first`` (first item of a list like ``['2']``)."""
+    on_bad_row: str = "error"
+    """A malformed row: ``error`` (stop, naming file, line and field) or ``skip`` (count and report)."""
+    grader: str = "math_verify"
+    """How answers are compared: ``exact``, ``numeric`` or ``math_verify``."""
+    answer_pattern: str = "Answer:"
+    """The final answer is the text after the last occurrence of this marker (or the last \\boxed{})."""
+    instruction: Optional[str] = None
+    """Text appended to each question on a new line, asking for the final answer in a form the grader reads (a
+    model that writes none scores 0 on every response, and ``reward/answer_found`` shows it). Null = by ``grader``:
+    ``math_verify`` asks for it ``within \\boxed{}`` (as the benchmarks do), ``numeric`` and ``exact`` for a last line
+    ``<answer_pattern> <answer>``; ``''`` adds none (questions that already ask, or a model warmed up on the file)."""
+
+def check_config(cfg: FileTaskSettings) -> None:
     """Refuse ``task.file`` settings that cannot make a task, in one line naming the key."""
     if not cfg.train_path:
         raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file: task.file.train_path=data/train.jsonl")
     one_of("task.file.grader", cfg.grader, GRADERS)
     one_of("task.file.answer_rule", cfg.answer_rule, ANSWER_RULES)
     in_range("task.file.heldout_fraction", cfg.heldout_fraction, 0.0, 0.9)
+    one_of("task.file.on_bad_row", cfg.on_bad_row, BAD_ROW_POLICIES)
 
 
-@TASKS.register("file", check=lambda cfg: check_config(cfg.file), instruction="task.file.instruction")
-def _build(cfg: TaskConfig) -> FileTask:
-    return FileTask(cfg.file, cfg.data_seed, on_bad_row=cfg.file.on_bad_row)
+@TASKS.register("file", settings=FileTaskSettings, check=lambda cfg, settings: check_config(settings), instruction="task.file.instruction")
+def _build(cfg: TaskConfig, settings: FileTaskSettings) -> FileTask:
+    return FileTask(settings, cfg.data_seed, on_bad_row=settings.on_bad_row)

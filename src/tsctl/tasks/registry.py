@@ -1,23 +1,34 @@
-"""The task registry: ``task.name`` -> a builder of the configured task, and its own settings' check."""
+"""The task registry: ``task.name`` -> a builder of the configured task, its own settings block and their check."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TaskConfig
 from tsctl.tasks.base import Task
 
-TASKS: Registry[Callable[[TaskConfig], Task]] = Registry("task", __package__, check=lambda cfg: None, instruction=None)
+
+def _no_check(cfg: TaskConfig, **arguments: Any) -> None:
+    """A task that refuses no setting."""
+
+
+TASKS: Registry[Callable[..., Task]] = Registry("task", __package__, key="task.name", check=_no_check, instruction=None)
 """Task builders by ``task.name``, from any module of :mod:`tsctl.tasks` (``countdown``, ``arithmetic``, ``file``
-register themselves in theirs); each may declare ``check``, a function of the ``task`` config that refuses
-its own settings (raising ConfigError) before anything is built, and ``instruction``, the key of the text its
-prompts use to ask for the final answer (named when no response states one)."""
+register themselves in theirs): ``fn(cfg: TaskConfig, **arguments) -> Task``, given ``settings=`` its own block when it
+declares ``settings`` (a dataclass beside it, keys ``task.<name>.*``). Each may declare ``check``,
+``fn(cfg, **arguments)`` refusing its own settings (raising ConfigError) before anything is built, and
+``instruction``, the key of the text its prompts use to ask for the final answer (named when no response states one)."""
 
 
 def build_task(cfg: TaskConfig) -> Task:
-    """The task named by ``cfg.name`` (one of :data:`TASKS`)."""
-    return TASKS.get(cfg.name)(cfg)
+    """The task named by ``cfg.name`` (one of :data:`TASKS`), given its settings block."""
+    return TASKS.get(cfg.name)(cfg, **TASKS.arguments(cfg.name, cfg))
+
+
+def check_task_settings(cfg: TaskConfig) -> None:
+    """The named task's own check of its settings (:data:`TASKS`' ``check``)."""
+    TASKS.needs(cfg.name).check(cfg, **TASKS.arguments(cfg.name, cfg))
 
 
 def answer_hint(name: str) -> str:

@@ -9,10 +9,13 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
+from tsctl.algo.objective import Objective
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine
+from tsctl.models.forward import Forward
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
+from tsctl.seeds.base import uses_seeds
 from tsctl.tasks.base import Problem, Task
 from tsctl.trainer.nonfinite import NonFiniteGuard
 from tsctl.trainer.parallel import Parallel
@@ -38,6 +41,8 @@ class StepContext:
         rollouts_dir: where each step's samples are written (``trainer.save_rollouts``), else None.
         parallel: how the step spreads over the ranks of a ``torchrun`` job; None: one process
             (:class:`~tsctl.trainer.parallel.Parallel` over ``model``).
+        objective: the update's loss, built once from ``algo`` (None: built from ``cfg``).
+        forward: the trainer's forward settings, built once from ``trainer`` and ``model`` (None: built from ``cfg``).
     """
 
     cfg: TsctlConfig
@@ -53,7 +58,13 @@ class StepContext:
     guard: NonFiniteGuard | None = None
     rollouts_dir: Path | None = None
     parallel: Parallel | None = None
+    objective: Objective | None = None
+    forward: Forward | None = None
 
     def __post_init__(self) -> None:
         if self.parallel is None:
             self.parallel = Parallel(self.model)
+        if self.objective is None:
+            self.objective = Objective(self.cfg.algo, seeded=uses_seeds(self.cfg))
+        if self.forward is None:
+            self.forward = Forward.of(self.cfg)

@@ -1,7 +1,7 @@
 """The importance-ratio denominators: what each token's ratio is taken against, in one place.
 
 A seed-prefix token's ratio is taken against its stored pi_b log-prob, every other token's against
-pi_old (:func:`tsctl.models.batch.old_logprobs`); :func:`tsctl.trainer.pi_old.step_pi_old` returns them
+pi_old (:func:`tsctl.models.batch.pi_b_on_prefix`); :func:`tsctl.trainer.pi_old.step_pi_old` returns them
 with pi_old (:attr:`~tsctl.trainer.pi_old.PiOld.denominators`).
 
 A trace file gives the tokens of a behaviour response but not the probabilities of the policy that
@@ -24,12 +24,12 @@ prefix tokens and pi_old elsewhere.
 
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import torch
-from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
-from tsctl.models.batch import RolloutBatch, old_logprobs
-from tsctl.models.logprobs import recompute_for
+from tsctl.models.batch import RolloutBatch, pi_b_on_prefix
 from tsctl.models.samples import PREFIX
 
 TRACE_LOGPROBS = ("exclude", "cap")
@@ -44,29 +44,31 @@ def unknown_pi_b(batch: RolloutBatch) -> torch.Tensor:
     return (batch.source == PREFIX) & torch.isnan(batch.behaviour_logprobs)
 
 
-def ratio_denominators(old: torch.Tensor, batch: RolloutBatch, cfg: TsctlConfig, model: PreTrainedModel, engine_old: bool) -> torch.Tensor:
+def ratio_denominators(
+    old: torch.Tensor, batch: RolloutBatch, cfg: TsctlConfig, recompute: Optional[Callable[[RolloutBatch], torch.Tensor]] = None,
+) -> torch.Tensor:
     """The log-probs each ratio is taken against [B, T]: pi_b on prefix tokens, pi_old elsewhere, unknown pi_b resolved.
 
     Args:
-        old: pi_old's log-probs [B, T] (``engine_old``: as the engine reported them, 0 on prefix
-            tokens; else a teacher-forced forward, every response token).
+        old: pi_old's log-probs [B, T]: a teacher-forced forward of every response token, or (with ``recompute``) as
+            the engine reported them, 0 on prefix tokens.
         batch: the step's samples; ``behaviour_logprobs`` is NaN on prefix tokens of unknown pi_b.
-        model: the policy at the start of the update (pi_old), for the forward ``cap`` needs with
-            ``engine_old``.
+        recompute: pi_old's teacher-forced log-probs [b, T] of some rows, for the prefix tokens ``cap`` needs when
+            ``old`` is the engine's; None when ``old`` is a teacher-forced forward already.
 
     Prefix tokens of unknown pi_b get 0 under ``exclude`` (they are out of the loss mask) and pi_old's
     log-prob under ``cap``.
     """
-    denominators = old_logprobs(old, batch)
+    denominators = pi_b_on_prefix(old, batch)
     unknown = unknown_pi_b(batch)
     if not bool(unknown.any()):
         return denominators
     if cfg.seeds.trace_logprobs == "exclude":
         return torch.where(unknown, torch.zeros_like(denominators), denominators)
     current = old
-    if engine_old:
+    if recompute is not None:
         rows = unknown.any(1).nonzero().squeeze(1)
-        recomputed = recompute_for(cfg, model, batch.rows(rows), entropy=False)[0]
+        recomputed = recompute(batch.rows(rows))
         current = old.clone()
         current[rows, : recomputed.shape[1]] = recomputed
     return torch.where(unknown, current, denominators)

@@ -3,7 +3,7 @@
 ``trainer.old_logprobs`` picks the source:
 
 - ``recompute``: a no-grad forward of the trainer's model over the packed batch before the update
-  (micro-batched like the update; :func:`tsctl.models.logprobs.recompute_for`);
+  (the run's :class:`~tsctl.models.forward.Forward`, micro-batched like the update);
 - ``engine``: what the rollout engine reported while sampling (the drawn tokens' log-probs, the
   entropy at every generated and prefix token). No extra forward. It equals a recompute up to float
   rounding only when the engine runs the trainer's weights with the same numerics and samples from
@@ -26,17 +26,14 @@ log-probs to it (:mod:`tsctl.algo.rollout_correction`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
-from transformers import PreTrainedModel
 
-from tsctl.config.schema import TsctlConfig
-from tsctl.engines.base import Engine
 from tsctl.engines.own_logprobs import uses_engine_logprobs
 from tsctl.models.batch import RolloutBatch
-from tsctl.models.logprobs import recompute_for
 from tsctl.models.samples import PREFIX, Sample
+from tsctl.trainer.context import StepContext
 from tsctl.trainer.denominators import ratio_denominators
 
 
@@ -62,27 +59,19 @@ class PiOld:
     gap: dict[str, float] = field(default_factory=dict)
 
 
-def step_pi_old(
-    cfg: TsctlConfig, engine: Engine, model: PreTrainedModel, samples: Sequence[Sample], batch: RolloutBatch,
-    map_rows: Callable[..., tuple[torch.Tensor | None, ...]] | None = None,
-) -> PiOld:
-    """pi_old of ``batch`` (packed from ``samples``) from the source ``trainer.old_logprobs`` picks, with the
-    ratio denominators it gives.
-
-    ``map_rows`` spreads a recompute over the ranks (:meth:`tsctl.trainer.parallel.Parallel.map_rows`); None: one process.
-    """
-    if uses_engine_logprobs(cfg, engine, model):
+def step_pi_old(ctx: StepContext, samples: Sequence[Sample], batch: RolloutBatch) -> PiOld:
+    """pi_old of ``batch`` (packed from ``samples``) in the run ``ctx``, from the source ``trainer.old_logprobs`` picks,
+    with the ratio denominators it gives. A recompute runs the run's forward over the ranks' rows
+    (:meth:`tsctl.trainer.parallel.Parallel.map_rows`)."""
+    cfg, model = ctx.cfg, ctx.parallel.inference
+    if uses_engine_logprobs(cfg, ctx.engine, model):
         logprobs, entropy = engine_stats(samples, batch)
-        denominators = ratio_denominators(logprobs, batch, cfg, model, engine_old=True)
+        denominators = ratio_denominators(logprobs, batch, cfg, lambda rows: ctx.forward.recompute(model, rows, entropy=False)[0])
         return PiOld(logprobs, entropy, engine_logprobs=logprobs, denominators=denominators)
     sampled = engine_logprobs(samples, batch)
-    logprobs, entropy = (map_rows or _whole)(lambda rows: recompute_for(cfg, model, rows), batch)
-    denominators = ratio_denominators(logprobs, batch, cfg, model, engine_old=False)
+    logprobs, entropy = ctx.parallel.map_rows(lambda rows: ctx.forward.recompute(model, rows), batch)
+    denominators = ratio_denominators(logprobs, batch, cfg)
     return PiOld(logprobs, entropy, engine_logprobs=sampled, denominators=denominators, gap=logprob_gap(sampled, logprobs, batch))
-
-
-def _whole(fn: Callable[[RolloutBatch], tuple], batch: RolloutBatch) -> tuple:
-    return fn(batch)
 
 
 def engine_stats(samples: Sequence[Sample], batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,8 +17,8 @@ from transformers import PreTrainedModel
 
 from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import RolloutBatch
+from tsctl.models.forward import Forward
 from tsctl.models.loading import load_model
-from tsctl.models.logprobs import recompute_for
 from tsctl.models.precision import model_device
 
 
@@ -32,12 +32,13 @@ def load_reference(cfg: TsctlConfig, path: str) -> PreTrainedModel | None:
     return model
 
 
-def reference_logprobs(ref: PreTrainedModel, batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
-    """No-grad log-probs [B, T] of ``batch`` under ``ref``, on the batch's device."""
-    if cfg.algo.ref_placement == "offload" and model_device(ref) != batch.device:
+def reference_logprobs(ref: PreTrainedModel, batch: RolloutBatch, forward: Forward, placement: str) -> torch.Tensor:
+    """No-grad log-probs [B, T] of ``batch`` under ``ref`` with the run's ``forward``, on the batch's device
+    (``placement``: ``algo.ref_placement``)."""
+    if placement == "offload" and model_device(ref) != batch.device:
         ref.to(batch.device)
         try:
-            return recompute_for(cfg, ref, batch, entropy=False)[0]
+            return forward.recompute(ref, batch, entropy=False)[0]
         finally:
             ref.to("cpu")
-    return recompute_for(cfg, ref, batch.to(model_device(ref)), entropy=False)[0].to(batch.device)
+    return forward.recompute(ref, batch.to(model_device(ref)), entropy=False)[0].to(batch.device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from tsctl.config.rng import Stream, step_seed
@@ -31,17 +32,20 @@ def servable_task(cfg: TsctlConfig, formatter: PromptFormatter, engine: Engine, 
     return FittingTask(task or build_task(cfg.task), formatter, prompt_room(cfg, engine))
 
 
+@dataclass(frozen=True)
+class Sampler:
+    """What samples a group and grades it: the engine, the prompt formatter, the task's verifier."""
+
+    engine: Engine
+    formatter: PromptFormatter
+    task: Task
+
+
 def collect_groups(
-    problems: Sequence[Problem],
-    seeds: Sequence[Sequence[Seed]],
-    n: int,
-    engine: Engine,
-    formatter: PromptFormatter,
-    task: Task,
-    params: SamplingParams,
-    first_group: int = 0,
+    sampler: Sampler, problems: Sequence[Problem], seeds: Sequence[Sequence[Seed]] | None, n: int, params: SamplingParams, first_group: int = 0,
 ) -> list[Sample]:
-    """Sample ``n`` responses for each problem and grade them (the reward, and whether a final answer was found).
+    """Sample ``n`` responses for each problem with ``sampler`` and grade them (the reward, and whether a final answer
+    was found).
 
     The first ``len(seeds[i])`` samples of group ``i`` continue those seeds' prefixes (one distinct
     seed each; a seed cut at 0 leaves the prefix empty, but its sample is still ``seeded``); the rest
@@ -49,6 +53,7 @@ def collect_groups(
     ``params.max_new_tokens`` tokens: a continuation gets what its prefix leaves of that budget
     (at least one token) and is marked unfinished when it runs out.
     """
+    engine, formatter, task = sampler.engine, sampler.formatter, sampler.task
     plan: list[tuple[int, Seed | None]] = []
     requests: list[Request] = []
     for i, problem in enumerate(problems):
@@ -116,7 +121,8 @@ def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
     indices = indices[block.start : block.stop]
     group_seeds = group_seeds[block.start : block.stop] if group_seeds is not None else None
     params = step_params(cfg, step, seed=parallel.sampling_seed)
-    samples = collect_groups([ctx.problems[i] for i in indices], group_seeds, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=block.start)
+    sampler = Sampler(ctx.engine, ctx.formatter, ctx.task)
+    samples = collect_groups(sampler, [ctx.problems[i] for i in indices], group_seeds, tr.n, params, first_group=block.start)
     if not cfg.algo.dynamic_sampling:
         return parallel.gather_samples(samples)
     kept = _informative(samples)
@@ -127,7 +133,7 @@ def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
         extra = extra_prompts(parallel.sampling_seed(cfg.seed), step, round_, missing, len(ctx.problems))
         params = step_params(cfg, step, Stream.RESAMPLE + round_, seed=parallel.sampling_seed)
         first = tr.batch_size * (round_ + 1) + block.start
-        refill = collect_groups([ctx.problems[i] for i in extra], None, tr.n, ctx.engine, ctx.formatter, ctx.task, params, first_group=first)
+        refill = collect_groups(sampler, [ctx.problems[i] for i in extra], None, tr.n, params, first_group=first)
         kept += _informative(refill)
     groups = set(sorted({s.group for s in kept})[: len(block)])
     chosen = [s for s in kept if s.group in groups]

@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed import world as ranks
 from tsctl.engines.factory import build_engine, logs_dir
 from tsctl.io import faults
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.precision import compute_dtype, model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
@@ -114,7 +113,7 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
     are also written there; a non-finite loss, gradient or parameter raises :class:`~tsctl.trainer.nonfinite.NonFiniteError`.
     Under ``torchrun`` every rank returns the same record (of the global batch).
     """
-    cfg, model, engine, parallel = ctx.cfg, ctx.model, ctx.engine, ctx.parallel
+    cfg, engine, parallel = ctx.cfg, ctx.engine, ctx.parallel
     sampler = parallel.inference  # the model itself, or this rank's full copy of the sharded one
     timings: dict[str, float] = {}
     with timed(timings, "time/step"):
@@ -124,21 +123,19 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
 
         advantages = sample_advantages(samples, cfg)
         attribution = ctx.seeds.observe(step, samples, advantages) if ctx.seeds is not None else {}
-        batch = pack(samples, advantages, ctx.formatter.pad_id, model_device(sampler))
+        batch = collate(samples, advantages, ctx.formatter.pad_id, model_device(sampler))
         if ctx.rollouts_dir is not None and parallel.world.main:
             write_step_rollouts(ctx.rollouts_dir, step, samples, advantages)
 
         engine.sleep()  # rollouts are done: an engine with its own GPU memory frees it for the update
         with timed(timings, "time/old_logprobs"):
-            old = step_pi_old(cfg, engine, sampler, samples, batch, parallel.map_rows)
-            ref = parallel.map_rows(lambda rows: (reference_logprobs(ctx.ref_model, rows, cfg),), batch)[0] if ctx.ref_model is not None else None
+            old = step_pi_old(ctx, samples, batch)
+            ref = None
+            if ctx.ref_model is not None:
+                ref = parallel.map_rows(lambda rows: (reference_logprobs(ctx.ref_model, rows, ctx.forward, cfg.algo.ref_placement),), batch)[0]
 
         with timed(timings, "time/update"):
-            shuffle = torch.Generator().manual_seed(step_seed(cfg.seed, step, Stream.SHUFFLE))
-            update = policy_update(
-                model, ctx.optimizer, ctx.scheduler, batch, old.denominators, cfg, shuffle, ref, ctx.guard, parallel,
-                old.engine_logprobs, seeded=uses_seeds(cfg),
-            )
+            update = policy_update(ctx, batch, old, ref, step)
         with timed(timings, "time/weight_sync"):
             parallel.sync_engine(engine)
             engine.wake_up()

@@ -5,7 +5,7 @@ covering every row (sizes differ by at most one, e.g. 10 rows in 4 give 3, 3, 2,
 may return a batch that does not divide; fewer rows than mini-batches give one row each); each is one
 optimiser step with its own token normaliser. A mini-batch may be split into micro-batches of at most
 ``trainer.micro_batch_size`` rows and ``trainer.micro_batch_tokens`` padded tokens (real tokens with
-``trainer.pack``) (:mod:`tsctl.models.micro_batches`) whose losses are summed: every loss divides by
+``trainer.pack``) (:meth:`tsctl.models.forward.Forward.micro_batches`) whose losses are summed: every loss divides by
 the whole mini-batch's normaliser, so the split changes neither the loss nor the gradient. With
 ``trainer.pack`` each micro-batch's forward runs padding-free (:mod:`tsctl.models.packing`); its
 log-probs and entropies come back in the same [B, T] layout, so nothing below changes.
@@ -14,24 +14,14 @@ The loss mask is built here, next to its normalisers (:func:`loss_mask`): every 
 less the seed-prefix tokens when ``seeds.train_prefix`` is off, the rows cut at the length limit
 when ``algo.overlong=mask``, and the prefix tokens of unknown pi_b when ``seeds.trace_logprobs=exclude``.
 
-The per-token objective is ``algo.policy_loss`` and its aggregation ``algo.loss``
-(:func:`~tsctl.algo.losses.get_policy_loss`). Seed-prefix tokens take their dual-clip constant from
-``algo.prefix_clip_c`` (:func:`~tsctl.algo.losses.dual_clip_bounds`) when the objective declares ``prefix_clip``. The k3 KL penalty (``algo.kl_coef``) is applied to
-suffix and plain tokens only: it estimates the KL from tokens sampled by the current policy, and
-prefix tokens were sampled by pi_b. Its sum still divides by the mini-batch's token normaliser, so
-each token's KL weighs as much as its policy term. Each mini-batch passes the non-finite guard
-(:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step.
-
-With ``algo.rollout_correction`` (``tis``, ``mis``) each suffix and plain token's clipped policy term,
-and nothing else (not the KL nor the entropy term, not the normalisers), is multiplied by its weight
-of ``pi_old / pi_engine`` (:mod:`tsctl.algo.rollout_correction`): the engine's log-probs come in
-``engine_logprobs``, and on those tokens ``old_logprobs`` is pi_old. Seed-prefix tokens keep weight 1:
-their ratio is taken against the stored pi_b, and the seed shard keeps no engine log-probs of them.
-Logged per step over the weighted tokens: ``rollout_correction/weight_mean`` and
-``rollout_correction/corrected_share``. With ``none`` no weight is computed or logged.
-
-Forwards run under autocast to ``model.compute_dtype`` (bf16 on CUDA by default) while the
-parameters, their gradients and AdamW's state stay float32 (:mod:`tsctl.models.precision`).
+The loss of each micro-batch is the run's :class:`~tsctl.algo.objective.Objective` (built once from ``algo``): the
+policy loss ``algo.policy_loss``, the rollout correction's weights, the KL and entropy terms, each aggregated by
+``algo.loss`` with the mini-batch's normalisers. Its forward is the run's :class:`~tsctl.models.forward.Forward`
+(packing, prompt sharing, the LM head's chunk, the micro-batch limits, autocast to ``model.compute_dtype``: bf16 on
+CUDA by default while the parameters, their gradients and AdamW's state stay float32). Each mini-batch passes the
+non-finite guard (:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step. Logged per step: the policy
+loss's metrics over the loss tokens, by source and position; ``kl_ref`` over the KL's tokens; with a rollout
+correction, ``rollout_correction/weight_mean`` and ``rollout_correction/corrected_share``.
 
 Under ``torchrun`` (``parallel``, :mod:`tsctl.trainer.parallel`) every rank holds the whole batch and
 shuffles it as one process does; it trains on its block of each mini-batch, dividing by the whole
@@ -41,25 +31,24 @@ over the ranks, the gradient norm the global one, and the metric sums are all-re
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
 
-from tsctl.algo.losses import POLICY_LOSSES, dual_clip_bounds, get_policy_loss, kl_penalty_k3, loss_norms
+from tsctl.algo.aggregations import Norms, loss_norms
+from tsctl.algo.objective import Loss, Tokens
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
-from tsctl.algo.rollout_correction import correction_weights
+from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.fsdp import full_tensor
 from tsctl.distributed.world import all_reduce
 from tsctl.models.batch import RolloutBatch
-from tsctl.models.logprobs import forward_tokens, response_logprobs
-from tsctl.models.micro_batches import micro_batches
-from tsctl.models.precision import autocast, compute_dtype
 from tsctl.models.samples import PREFIX
+from tsctl.seeds.base import uses_seeds
+from tsctl.trainer.context import StepContext
 from tsctl.trainer.denominators import unknown_pi_b
 from tsctl.trainer.nonfinite import NonFiniteGuard
-from tsctl.trainer.parallel import Parallel
+from tsctl.trainer.pi_old import PiOld
 
 
 def loss_mask(batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
@@ -74,137 +63,116 @@ def loss_mask(batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
     return mask
 
 
-def policy_update(
-    model: PreTrainedModel,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    batch: RolloutBatch,
-    old_logprobs: torch.Tensor,
-    cfg: TsctlConfig,
-    generator: torch.Generator,
-    ref_logprobs: torch.Tensor | None = None,
-    guard: NonFiniteGuard | None = None,
-    parallel: Parallel | None = None,
-    engine_logprobs: torch.Tensor | None = None,
-    *,
-    seeded: bool,
-) -> MetricSums:
-    """Run ``epochs x mini_batches`` optimiser steps on ``batch``; return the update's metrics.
+@dataclass
+class _Step:
+    """One update's batch and what its micro-batches slice from it (each ``[B, T]``), with its guard."""
+
+    batch: RolloutBatch
+    mask: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor | None
+    engine: torch.Tensor | None
+    guard: NonFiniteGuard
+
+    def tokens(self, idx: torch.Tensor, sub: RolloutBatch, logprobs: torch.Tensor, entropy: torch.Tensor | None) -> Tokens:
+        """The objective's inputs of the rows ``idx`` (the micro-batch ``sub``) with their forward's log-probs and entropies."""
+        T = sub.resp_mask.shape[1]
+
+        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[idx][:, :T]
+
+        return Tokens(logprobs, cut(self.old), sub.advantages, cut(self.mask), sub.source == PREFIX, entropy, cut(self.ref), cut(self.engine))
+
+
+def policy_update(ctx: StepContext, batch: RolloutBatch, pi_old: PiOld, ref: torch.Tensor | None, step: int) -> MetricSums:
+    """Run ``trainer.epochs x trainer.mini_batches`` optimiser steps of the run ``ctx`` on ``batch``; return the update's metrics.
 
     Args:
+        ctx: the run: its model, optimiser and schedule, :class:`~tsctl.algo.objective.Objective`,
+            :class:`~tsctl.models.forward.Forward`, guard and ranks.
         batch: the step's samples, B rows.
-        old_logprobs: [B, T] log-probs each ratio is taken against (pi_b on prefix tokens, pi_old elsewhere).
-        generator: shuffles the rows (part of the resumable RNG state).
-        ref_logprobs: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
-        guard: the run's non-finite guard (a fresh one per ``trainer.nonfinite`` when None).
-        parallel: the ranks' split of the work (None: one process).
-        engine_logprobs: [B, T] the engine's log-probs of the tokens it generated
-            (:attr:`tsctl.trainer.pi_old.PiOld.engine_logprobs`), needed unless ``algo.rollout_correction=none``.
-        seeded: whether the run is a Thinking Seeds run (:func:`tsctl.seeds.base.uses_seeds`): its prefix
-            tokens are bounded by ``algo.prefix_clip_c`` (if the objective declares ``prefix_clip``) and its clip fractions logged by source and position.
+        pi_old: the step's pi_old (:func:`tsctl.trainer.pi_old.step_pi_old`): its ratio denominators [B, T] (pi_b on
+            prefix tokens, pi_old elsewhere) and the engine's log-probs [B, T] the rollout correction weighs against.
+        ref: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
+        step: the step (from 0): the rows are shuffled by its stream (part of the resumable RNG state).
     """
-    tr, al = cfg.trainer, cfg.algo
-    if al.rollout_correction != "none" and engine_logprobs is None:
-        raise ValueError(f"algo.rollout_correction={al.rollout_correction} needs the engine's log-probs (engine_logprobs)")
-    loss_fn = get_policy_loss(al.loss)
-    guard = guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
-    parallel = parallel or Parallel(model)
-    temperature = cfg.engine.temperature or 1.0
-    prefix_clip_c = al.prefix_clip_c if seeded and POLICY_LOSSES.needs(al.policy_loss).prefix_clip else None
-    tokens = loss_mask(batch, cfg)
+    tr = ctx.cfg.trainer
+    guard = ctx.guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
+    engine = pi_old.engine_logprobs if ctx.objective.corrects else None
+    whole = _Step(batch, loss_mask(batch, ctx.cfg), pi_old.denominators, ref, engine, guard)
+    shuffle = torch.Generator().manual_seed(step_seed(ctx.cfg.seed, step, Stream.SHUFFLE))
     metrics = MetricSums()
-    B = len(batch)
-    device = batch.device
-    compute = compute_dtype(cfg, model)
-    lengths = batch.attention_mask.sum(1).tolist()
-    model.train()
+    ctx.model.train()
     for _ in range(tr.epochs):
-        order = torch.randperm(B, generator=generator)
-        for m, rows in enumerate(torch.tensor_split(order, min(tr.mini_batches, B))):
-            token_norm, seq_norm = loss_norms(tokens[rows.to(device)])
-            optimizer.zero_grad(set_to_none=True)
-            pending, loss_sum = MetricSums(), torch.zeros((), device=device)
-            with parallel.accumulating():
-                for idx in micro_batches(parallel.share(rows), lengths, tr.micro_batch_size, tr.micro_batch_tokens, packed=tr.pack):
-                    idx = idx.to(device)
-                    sub = batch.rows(idx)
-                    T = sub.resp_mask.shape[1]
-                    mask, old = tokens[idx][:, :T], old_logprobs[idx][:, :T]
-                    weights = None
-                    if al.rollout_correction != "none":
-                        weights, correction = correction_weights(
-                            al.rollout_correction, old, engine_logprobs[idx][:, :T], mask, sub.source != PREFIX, al.rollout_correction_cap,
-                        )
-                        pending.add_pairs("rollout_correction", correction)
-                    with autocast(device, compute):
-                        logprobs, entropy = parallel.forward(
-                            response_logprobs, sub, temperature, with_entropy=al.entropy_coef > 0,
-                            share_prompts=tr.share_prompts, logits_chunk_mib=tr.logits_chunk_mib, pack=tr.pack,
-                        )
-                    loss, token_metrics = loss_fn(
-                        logprobs, old, sub.advantages, mask, policy_loss=al.policy_loss, prefix=sub.source == PREFIX,
-                        clip_low=al.clip_low, clip_high=al.clip_high,
-                        clip_c=dual_clip_bounds(sub.source == PREFIX, al.clip_c, prefix_clip_c),
-                        token_norm=token_norm, seq_norm=seq_norm, weights=weights,
-                    )
-                    if al.kl_coef > 0:
-                        kl_mask = mask & (sub.source != PREFIX)
-                        kl = kl_penalty_k3(logprobs, ref_logprobs[idx][:, :T])
-                        loss = loss + al.kl_coef * (kl * kl_mask).sum() / token_norm
-                        pending.add_tokens("kl_ref", kl, kl_mask)
-                    if al.entropy_coef > 0:
-                        loss = loss - al.entropy_coef * (entropy * mask).sum() / token_norm
-                    loss.backward()
-                    loss_sum = loss_sum + loss.detach().float()
-                    pending.add("forward_token_share", forward_tokens(model, sub, tr.share_prompts, tr.pack), int(sub.attention_mask.sum()))
-                    _record(pending, token_metrics, mask, sub, cfg, prefix_clip_c, seeded)
-            parallel.reduce_gradients(_probe(batch, device, compute, temperature, tr.logits_chunk_mib))
-            loss_sum = all_reduce(loss_sum)
-            params = [p for p in model.parameters() if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # a DTensor under FSDP
-            norm = full_tensor(grad_norm)
-            if guard.admit(model, loss_sum, norm, m + 1):
-                torch.nn.utils.clip_grads_with_norm_(params, tr.max_grad_norm or float("inf"), grad_norm)
-                optimizer.step()
-                guard.check_parameters(model, m + 1)
-                scheduler.step()
-                metrics.merge(pending)
-                metrics.add("grad_norm", norm.detach(), 1)
-            else:
-                optimizer.zero_grad(set_to_none=True)
-    optimizer.zero_grad(set_to_none=True)  # no gradient memory held while the engine generates
+        order = torch.randperm(len(batch), generator=shuffle)
+        for m, rows in enumerate(torch.tensor_split(order, min(tr.mini_batches, len(batch)))):
+            taken = _mini_batch(ctx, whole, rows, m + 1)
+            if taken is not None:
+                metrics.merge(taken)
+    ctx.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while the engine generates
     if tr.nonfinite == "skip":
         metrics.add("nonfinite_skips", guard.skipped_this_step, 1)
-    model.eval()
+    ctx.model.eval()
     # Over the ranks: token sums add up; grad_norm and nonfinite_skips, the same on every rank, keep their means.
     return metrics.all_reduce()
 
 
-def _probe(batch: RolloutBatch, device: torch.device, compute: torch.dtype, temperature: float, chunk_mib: float) -> Callable[[torch.nn.Module], torch.Tensor]:
-    """The forward every rank runs to end a mini-batch under FSDP (:func:`tsctl.distributed.fsdp.reduce_gradients`):
-    the summed log-probs of the batch's first row, the same input on every rank."""
+def _mini_batch(ctx: StepContext, whole: _Step, rows: torch.Tensor, index: int) -> MetricSums | None:
+    """The optimiser step of the mini-batch ``rows`` (the ``index``-th of its epoch); its metrics, or None when the
+    non-finite guard skipped it."""
+    device = whole.batch.device
+    norms = loss_norms(whole.mask[rows.to(device)])
+    ctx.optimizer.zero_grad(set_to_none=True)
+    pending, loss_sum = MetricSums(), torch.zeros((), device=device)
+    lengths = whole.batch.attention_mask.sum(1).tolist()
+    with ctx.parallel.accumulating():
+        for idx in ctx.forward.micro_batches(ctx.parallel.share(rows), lengths):
+            loss_sum = loss_sum + _micro_batch(ctx, whole, idx.to(device), norms, pending)
+    ctx.parallel.reduce_gradients(lambda model: ctx.forward.probe(model, whole.batch))
+    loss_sum = all_reduce(loss_sum)
+    params = [p for p in ctx.model.parameters() if p.grad is not None]
+    grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # a DTensor under FSDP
+    norm = full_tensor(grad_norm)
+    if not whole.guard.admit(ctx.model, loss_sum, norm, index):
+        ctx.optimizer.zero_grad(set_to_none=True)
+        return None
+    torch.nn.utils.clip_grads_with_norm_(params, ctx.cfg.trainer.max_grad_norm or float("inf"), grad_norm)
+    ctx.optimizer.step()
+    whole.guard.check_parameters(ctx.model, index)
+    ctx.scheduler.step()
+    pending.add("grad_norm", norm.detach(), 1)
+    return pending
 
-    def probe(model: torch.nn.Module) -> torch.Tensor:
-        with autocast(device, compute):
-            return response_logprobs(model, batch.rows(torch.zeros(1, dtype=torch.long)), temperature, share_prompts=False, logits_chunk_mib=chunk_mib)[0].sum()
 
-    return probe
+def _micro_batch(ctx: StepContext, whole: _Step, idx: torch.Tensor, norms: Norms, pending: MetricSums) -> torch.Tensor:
+    """Forward and backward of the rows ``idx`` with the mini-batch's ``norms``; their metrics go to ``pending``.
+    Returns the detached loss."""
+    sub = whole.batch.rows(idx)
+    with ctx.forward.autocast(ctx.model):
+        logprobs, entropy, ran = ctx.parallel.forward(ctx.forward.stats, sub, ctx.objective.entropy)  # FSDP returns a plain tuple
+    loss = ctx.objective.loss(whole.tokens(idx, sub, logprobs, entropy), norms)
+    loss.value.backward()
+    pending.add("forward_token_share", ran, int(sub.attention_mask.sum()))
+    _record(pending, loss, sub, ctx)
+    return loss.value.detach().float()
 
 
-def _record(
-    metrics: MetricSums, token: dict[str, torch.Tensor], mask: torch.Tensor, sub: RolloutBatch, cfg: TsctlConfig,
-    prefix_clip_c: float | None, seeded: bool,
-) -> None:
-    """Clip fractions and ratios overall, by token source and by position (``prefix_clip_c``: the prefix tokens'
-    dual-clip constant in this run, None when they have none)."""
+def _record(metrics: MetricSums, loss: Loss, sub: RolloutBatch, ctx: StepContext) -> None:
+    """The policy loss's metrics over the loss tokens, overall, by token source and by position; the KL's over its
+    tokens; the rollout correction's."""
+    token, mask, bins = loss.tokens, loss.mask, ctx.cfg.trainer.position_bins
+    if loss.correction is not None:
+        metrics.add_pairs("rollout_correction", loss.correction)
+    if loss.kl is not None:
+        metrics.add_tokens("kl_ref", *loss.kl)
     for name in ("clip_low", "clip_high", "clipped", "kl_k3", "pg_loss"):
         metrics.add_tokens(name, token[name], mask)
-    if cfg.algo.clip_c is not None or prefix_clip_c is not None:
+    if ctx.objective.dual_clip:
         metrics.add_tokens("clip_dual", token["clip_dual"], mask)
     metrics.add_tokens("ratio", token["ratio"], mask)
     metrics.add_pairs("clipped_by_source", split_by_source(token["clipped"], mask, sub.source))
     metrics.add_pairs("ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
-    metrics.add_pairs("clipped_by_pos", absolute_bins(token["clipped"], mask, cfg.trainer.position_bins, response_mask=sub.resp_mask))
+    metrics.add_pairs("clipped_by_pos", absolute_bins(token["clipped"], mask, bins, response_mask=sub.resp_mask))
     metrics.add_pairs("clipped_by_rel", relative_deciles(token["clipped"], mask, response_mask=sub.resp_mask))
-    if seeded:
-        metrics.add_pairs("clipped_by_source_pos", absolute_bins(token["clipped"], mask, cfg.trainer.position_bins, source=sub.source, response_mask=sub.resp_mask))
+    if uses_seeds(ctx.cfg):
+        metrics.add_pairs("clipped_by_source_pos", absolute_bins(token["clipped"], mask, bins, source=sub.source, response_mask=sub.resp_mask))

@@ -7,7 +7,6 @@ from tsctl.config.errors import ConfigError
 from tsctl.config.ranges import in_range, non_negative, one_of, positive
 from tsctl.config.schema import TsctlConfig
 
-ENGINE_DTYPES = ("bfloat16", "float16", "float32")
 REF_PLACEMENTS = ("policy", "cpu", "offload")
 OVERLONG = ("none", "mask", "penalty")
 ADV_GROUPS = ("all", "plain")
@@ -29,12 +28,6 @@ def _engine(cfg: TsctlConfig) -> None:
         raise ConfigError("engine.top_p", f"{e.top_p} is out of range; allowed: 0 < engine.top_p <= 1")
     positive("engine.max_new_tokens", e.max_new_tokens)
     positive("engine.batch_size", e.batch_size)
-    in_range("engine.gpu_memory_utilization", e.gpu_memory_utilization, 0.05, 0.95)
-    positive("engine.tensor_parallel_size", e.tensor_parallel_size)
-    if e.dtype is not None:
-        one_of("engine.dtype", e.dtype, ENGINE_DTYPES)
-    if e.max_model_len is not None and e.max_model_len <= e.max_new_tokens:
-        raise ConfigError("engine.max_model_len", f"{e.max_model_len} must exceed engine.max_new_tokens={e.max_new_tokens} (prompts need room too)")
 
 
 def _algo(cfg: TsctlConfig) -> None:

@@ -3,7 +3,8 @@
 Hydra composes the YAML groups under ``conf/`` onto these dataclasses (registered in the
 ConfigStore by :mod:`tsctl.config.store`), so an unknown key or a value of the wrong type is
 rejected by OmegaConf; value ranges are checked by :func:`tsctl.config.validate.validate`, names
-of registered implementations by :mod:`tsctl.stages.compose`. One module per group of keys
+of registered implementations by :mod:`tsctl.runconfig`, which also adds the settings block each registered entry
+keeps beside it (``algo.cispo.*``, ``engine.vllm.*``, ``task.countdown.*``: :mod:`tsctl.config.blocks`). One module per group of keys
 (``model``, ``task``, ``rl``: engine, algo and seeds, ``trainer``, ``outputs``: eval, shards, logger
 and report); the root config is here.
 
@@ -18,13 +19,12 @@ from typing import Optional
 from tsctl.config.schema.model import ModelConfig, TinyModelConfig, WarmupConfig
 from tsctl.config.schema.outputs import EvalConfig, LoggerConfig, ReportConfig, ShardsConfig
 from tsctl.config.schema.rl import AlgoConfig, EngineConfig, SeedsConfig
-from tsctl.config.schema.task import ArithmeticConfig, CountdownConfig, FileTaskConfig, TaskConfig
+from tsctl.config.schema.task import TaskConfig
 from tsctl.config.schema.trainer import TrainerConfig
 
 __all__ = [
-    "AlgoConfig", "ArithmeticConfig", "CountdownConfig", "EngineConfig", "EvalConfig", "FileTaskConfig", "LoggerConfig",
-    "ModelConfig", "ReportConfig", "SeedsConfig", "ShardsConfig", "TaskConfig", "TinyModelConfig", "TrainerConfig",
-    "TsctlConfig", "WarmupConfig",
+    "AlgoConfig", "EngineConfig", "EvalConfig", "LoggerConfig", "ModelConfig", "ReportConfig", "SeedsConfig", "ShardsConfig",
+    "TaskConfig", "TinyModelConfig", "TrainerConfig", "TsctlConfig", "WarmupConfig",
 ]
 
 

@@ -11,7 +11,9 @@ class EngineConfig:
     """Rollout backend and sampling parameters."""
 
     name: str = "hf"
-    """``hf`` (transformers; CPU or one GPU) or ``vllm`` (vLLM: CUDA GPUs, or vLLM's CPU build)."""
+    """``hf`` (transformers; CPU or one GPU) or ``vllm`` (vLLM: CUDA GPUs, or vLLM's CPU build; its own settings are
+    ``engine.vllm.*``, :mod:`tsctl.engines.vllm_settings`). An engine's own settings are a block beside it,
+    ``engine.<name>.*``."""
     temperature: float = 0.6
     """Sampling temperature (0 = greedy). 0.6 suits the built-in model: at 1.0 its samples solve half as
     often as its greedy answers and RL there lowered greedy accuracy; large models usually train at 1.0."""
@@ -22,26 +24,8 @@ class EngineConfig:
     batch_size: int = 256
     """Sequences decoded together: ``hf`` chunks prompts x n to this; ``vllm`` takes it as ``max_num_seqs``, capped by
     the most requests one ``generate`` call of the command sends (on the CPU its KV cache holds that many sequences of
-    ``max_model_len`` tokens; a cache beyond the free memory is refused before anything starts, naming what fits)."""
-    gpu_memory_utilization: float = 0.5
-    """vllm only: share of GPU memory vLLM may take while awake (weights + KV cache; the trainer needs the rest)."""
-    tensor_parallel_size: int = 1
-    """vllm only: GPUs the engine's model is split over (weights reach them by CUDA IPC, not through the host)."""
-    dtype: Optional[str] = None
-    """vllm only: dtype of vLLM's weights and compute (``bfloat16``, ``float16`` or ``float32``), whatever
-    the trainer's; the trainer's weights are cast to it at every sync. Null = ``bfloat16`` on CUDA,
-    ``float32`` on the CPU."""
-    max_model_len: Optional[int] = None
-    """vllm only: longest prompt + prefix + response, in tokens (sizes vLLM's KV cache); null = what the
-    command needs, its longest prompt + ``max_new_tokens``, within the model's ``max_position_embeddings``.
-    A request that does not fit is refused, never cut short."""
-    enable_sleep_mode: Optional[bool] = None
-    """vllm only: discard vLLM's weights and KV cache during the update (sleep level 2) and bring them
-    back after the weight sync, so vLLM and the trainer share one GPU. Null = on with CUDA, off on the
-    CPU, where vLLM has no sleep mode (true is refused there)."""
-    enforce_eager: bool = False
-    """vllm only: skip vLLM's ``torch.compile`` and CUDA graphs: the engine starts in seconds instead of
-    a minute, and decodes more slowly (tests and short runs)."""
+    ``engine.vllm.max_model_len`` tokens; a cache beyond the free memory is refused before anything starts, naming what
+    fits)."""
 
 
 @dataclass
@@ -49,20 +33,23 @@ class AlgoConfig:
     """Policy-gradient objective: DAPO/GRPO with token-level clipped importance ratios."""
 
     loss: str = "dapo"
-    """How the per-token policy losses become one number (``algo/losses.py``): ``dapo`` (token-mean over the
-    mini-batch) or ``grpo`` (each sequence's token-mean, then the mean over sequences)."""
+    """How every per-token term of the objective (the policy loss, the KL, the entropy bonus) becomes one number
+    (``algo/aggregations.py``, one aggregation for all of them): ``dapo`` (token-mean over the mini-batch) or ``grpo``
+    (each sequence's token-mean, then the mean over sequences)."""
     policy_loss: str = "vanilla"
     """The per-token objective (``algo/losses.py``'s ``POLICY_LOSSES``, one module of ``algo/`` each):
-    ``vanilla`` (PPO clip with clip-higher and the dual clips; every token its own ratio) or ``gspo``
+    ``vanilla`` (PPO clip with clip-higher and the dual clips; every token its own ratio), ``gspo``
     (``algo/gspo.py``: one ratio per sequence, the geometric mean over its suffix and plain tokens,
-    clipped as a whole; seed-prefix tokens keep their own ratio and ``prefix_clip_c``)."""
+    clipped as a whole; seed-prefix tokens keep their own ratio and ``prefix_clip_c``) or ``cispo``
+    (``algo/cispo.py``: the importance weight truncated at ``1 + algo.cispo.eps_high`` under a stop-gradient, every
+    token keeping its gradient; it reads none of the clip keys). A policy loss's own settings are ``algo.<name>.*``."""
     adv_estimator: str = "grpo"
     """The advantage estimator (``algo/advantages.py``'s ``ADVANTAGES``): ``grpo`` (group mean, and std with
     ``norm_adv_by_std``), ``rloo`` (``algo/rloo.py``: leave-one-out group mean, no scaling) or
     ``reinforce_pp_baseline`` (``algo/reinforce_pp.py``: group mean, then whitened over the batch's tokens).
     All take their group statistics over the samples ``seeds.adv_group`` selects."""
     clip_low: float = 0.2
-    """Lower clip range: ratios below 1 - clip_low are clipped."""
+    """Lower clip range: ratios below 1 - clip_low are clipped (read by ``vanilla`` and ``gspo``)."""
     clip_high: float = 0.28
     """Upper clip range (DAPO clip-higher): ratios above 1 + clip_high are clipped."""
     clip_c: Optional[float] = None
@@ -78,13 +65,14 @@ class AlgoConfig:
     adv_eps: float = 1e-6
     """Added to the group std before dividing."""
     kl_coef: float = 0.0
-    """Coefficient of a k3 KL penalty to the frozen initial model; 0 disables (DAPO default)."""
+    """Coefficient of a k3 KL penalty to the frozen initial model, aggregated as the policy term (``loss``); seed-prefix
+    tokens are left out of it; 0 disables (DAPO default)."""
     ref_placement: str = "policy"
     """Where the KL reference model (a second full copy, loaded when ``kl_coef > 0``) lives: ``policy``
     (on the policy's device), ``cpu`` (kept and run on the CPU: no GPU memory, slow forwards) or
     ``offload`` (kept on the CPU, moved to the policy's device for its one forward per step)."""
     entropy_coef: float = 0.0
-    """Coefficient of an entropy bonus; 0 disables."""
+    """Coefficient of an entropy bonus, aggregated as the policy term (``loss``); 0 disables."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and draw more prompts."""
     max_resample_rounds: int = 3

@@ -4,7 +4,7 @@ Any Hydra sweep syntax over any keys works: ``tsctl ablate ratio=0,25,50 refresh
 (also ``range(...)``, ``glob(...)`` and group choices such as ``truncation=uniform,entropy``).
 A sweep of keys only Thinking Seeds reads (``truncation``, ``refresh``, ``seeds.*``) in which no point
 has ``ratio > 0`` is refused: its points would all be one plain DAPO run. So is any setting that cannot
-take effect at any point (:mod:`tsctl.config.idle`; one that some point reads, as ``refresh=5`` in ``ratio=0,25``, is kept),
+take effect at any point (:mod:`tsctl.runconfig.idle`; one that some point reads, as ``refresh=5`` in ``ratio=0,25``, is kept),
 and two points that compose to the same run (:mod:`tsctl.stages.ablate.plan`). Layout of one sweep::
 
     <runs_dir>/<experiment>/<sweep>/             sweep-<hash of the points>, or name=<sweep>
@@ -57,24 +57,23 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from tsctl.analysis.points import FINAL_EVAL, POINT_SEP, is_done
 from tsctl.config.compose import Composed
 from tsctl.config.overrides import check_overrides
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.store import conf_dir, register_schema
 from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
-from tsctl.io import arithmetic, atomic, faults
+from tsctl.io import atomic, faults, rounding
 from tsctl.io.progress import console
 from tsctl.io.runs import RunDir, RunError, held
 from tsctl.io.sinks import check_logger
+from tsctl.runconfig import checked, compose_config
+from tsctl.runconfig.registries import schema
 from tsctl.stages.ablate.existing import announce, refuse_changed
-from tsctl.stages.ablate.plan import (
-    LOCATION_KEYS, LONE_POINT, POINT_SEP, Sweep, expand, first_point, fixed_keys, is_report_override, plan, sweep_name,
-)
-from tsctl.stages.compose import checked, compose_config
-from tsctl.stages.report.points import FINAL_EVAL
+from tsctl.stages.ablate.plan import LOCATION_KEYS, LONE_POINT, Sweep, expand, first_point, fixed_keys, is_report_override, plan, sweep_name
 
 __all__ = [
-    "LOCATION_KEYS", "POINT_SEP", "Sweep", "ablate", "expand", "first_point", "is_done", "is_report_override", "plan", "point_task",
+    "LOCATION_KEYS", "Sweep", "ablate", "expand", "first_point", "is_report_override", "plan", "point_task",
     "sweep_name",
 ]
 
@@ -119,7 +118,7 @@ def _argv(argv: list[str]) -> Iterator[None]:
 
 def launch(sweep: Sweep) -> None:
     """Run every point through Hydra multirun with the chosen launcher."""
-    register_schema()
+    register_schema(schema())
     os.environ[POINTS_ENV] = str(len(sweep.points))  # parallel workers inherit it (distributed.job_pinning)
     with _argv(hydra_argv(sweep)):
         hydra_point()
@@ -131,7 +130,7 @@ def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
     Before any point starts, under the sweep's lock, the points its folder holds are checked against this
     command's (:func:`tsctl.stages.ablate.existing.refuse_changed`).
     """
-    from tsctl.stages.report import find_runs, report
+    from tsctl.analysis.report import find_runs, report
 
     check_overrides(overrides, "ablate")
     options = compose_config([o for o in overrides if is_report_override(o)]).cfg.report
@@ -180,11 +179,6 @@ def point_config(node: DictConfig, folder: Path) -> Composed:
     return checked(node, cfg)
 
 
-def is_done(run: RunDir) -> bool:
-    """Training completed and the final evaluation written."""
-    return run.manifest().get("status") == "completed" and (run.path / FINAL_EVAL).is_file()
-
-
 def _shell_override(key: str, value: str) -> str:
     """``key=value`` as one shell word that Hydra reads back as the string ``value`` (quoted when needed)."""
     if re.fullmatch(r"[\w./-]+", value):
@@ -223,8 +217,8 @@ def run_point(node: DictConfig, folder: Path, overrides: list[str]) -> None:
         if run.manifest().get("status") != "completed":
             with _argv(train_argv(overrides, composed.cfg)):
                 train(composed)
-        with held(folder, busy), arithmetic.threads_kept():  # the final checkpoint is scored at the threads the run trained with
-            arithmetic.resume_as_started(run.manifest().get("arithmetic"), resolve_device(composed.cfg.model.device), doing="evaluating")
+        with held(folder, busy), rounding.threads_kept():  # the final checkpoint is scored at the threads the run trained with
+            rounding.resume_as_started(run.manifest().get("arithmetic"), resolve_device(composed.cfg.model.device), doing="evaluating")
             write_final_eval(composed.cfg, run)
             if composed.cfg.logger.name == "wandb":
                 publish(composed, run)
@@ -261,8 +255,8 @@ def write_final_eval(cfg: TsctlConfig, run: RunDir) -> None:
 
 def publish(composed: Composed, run: RunDir) -> None:
     """Reopen the run's wandb run: final evaluation in its summary, the run's plots as images."""
+    from tsctl.analysis.report import report
     from tsctl.io.sinks import MetricsSink
-    from tsctl.stages.report import report
 
     sink = MetricsSink(run, composed.cfg.logger, composed.node)
     try:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from tsctl.config.schema import EngineConfig
 from tsctl.engines.factory import unread_keys
 from tsctl.io.config_diff import ABSENT, changed_keys
 from tsctl.io.runs import RunError
@@ -42,7 +41,7 @@ def refuse_changed(sweep: Sweep) -> None:
         saved = sweep.path / folder / "config.yaml"
         if not saved.is_file():
             continue
-        keys = changed_keys(OmegaConf.load(saved), node, IGNORED + tuple(unread_keys(EngineConfig(**OmegaConf.to_container(node.engine)))))
+        keys = changed_keys(OmegaConf.load(saved), node, IGNORED + tuple(unread_keys(node.engine.name)))
         if keys:
             changed.setdefault(", ".join(f"{k} {old} -> {new}" for k, old, new in keys), []).append(folder)
             explicit.update({k: _override_value(new) for k, _, new in keys})

@@ -3,7 +3,7 @@
 The points are Hydra's basic sweeper's expansion of the overrides; a point's folder is Hydra's
 ``override_dirname`` of its swept keys (:func:`point_folder`), which is where ``hydra.sweep.subdir`` puts it.
 Refused here, in one line each: a location key swept, Seeds-only keys swept where no point seeds, a setting
-idle at every point (:mod:`tsctl.config.idle`), and two points that compose to the same run (:func:`same_runs`):
+idle at every point (:mod:`tsctl.runconfig.idle`), and two points that compose to the same run (:func:`same_runs`):
 the same values, or values that differ only in settings that cannot take effect at them (``ratio=0,25
 refresh=5,20``: at ``ratio=0`` both refresh values are one plain DAPO run).
 """
@@ -20,19 +20,17 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from tsctl.analysis.points import POINT_SEP
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
 from tsctl.config.overrides import is_hydra, key_of
-from tsctl.config.schema import TsctlConfig
 from tsctl.io.config_diff import PLACE_KEYS, flatten
+from tsctl.runconfig import compose_config, idle_settings
+from tsctl.runconfig.registries import schema
 from tsctl.seeds.base import uses_seeds
-from tsctl.stages.compose import compose_config, idle_settings
 
 LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
 """Keys that place a sweep rather than define a point: never swept, not part of the sweep's identity."""
-
-POINT_SEP = "-"
-"""Joins a point's ``key=value`` pairs in its folder name (no commas: wandb run ids reject them)."""
 
 LONE_POINT = "point"
 """Folder name of the only point of a sweep that sweeps no key."""
@@ -110,7 +108,7 @@ def fixed_keys(task_overrides: list[str], swept: list[str]) -> list[str]:
 
 
 def point_folder(point: list[str], fixed: list[str], swept: list[str]) -> str:
-    """The folder name Hydra gives ``point``: its swept ``key=value`` pairs, sorted, joined by :data:`POINT_SEP`."""
+    """The folder name Hydra gives ``point``: its swept ``key=value`` pairs, sorted, joined by :data:`~tsctl.analysis.points.POINT_SEP`."""
     if not swept:
         return LONE_POINT
     return get_overrides_dirname(OverridesParser.create().parse_overrides(point), exclude_keys=fixed, item_sep=POINT_SEP, kv_sep="=")
@@ -151,7 +149,7 @@ def same_runs(composed: list[Composed], folders: list[str]) -> None:
     Raises:
         ConfigError: naming both points, and the idle setting that makes them one run where there is one.
     """
-    defaults = flatten(OmegaConf.to_container(OmegaConf.structured(TsctlConfig), resolve=True))
+    defaults = flatten(OmegaConf.to_container(OmegaConf.structured(schema()), resolve=True))
     seen: dict[str, int] = {}
     idle: list[dict[str, ConfigError]] = []
     given: list[dict[str, str]] = []

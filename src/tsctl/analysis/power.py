@@ -25,11 +25,6 @@ POWER = 0.8
 """The power at which the minimum detectable effect is given."""
 
 
-def power_of(delta: float, std: float, n: int, alpha: float = 0.05) -> float:
-    """The power of the two-sided paired t-test over ``n`` seeds against a true difference ``delta``."""
-    return _power(delta * math.sqrt(n) / std, n - 1, float(scipy_stats.t.ppf(1 - alpha / 2, n - 1)))
-
-
 def _power(nc: float, df: int, critical: float) -> float:
     """``P(T' > critical) + P(T' < -critical)`` for ``T' ~ nct(df, nc)``; a tail too small for scipy's
     noncentral t (NaN far out) counts as 0."""

@@ -7,17 +7,17 @@ NaN/Inf is named in a warning (console and ``summary.md``) with the first step w
 bad; so are runs that ran different revisions of the code. Outputs go to ``<sweep>/report/`` or
 ``<run>/plots/``: ``summary.md`` (the tables, the notes and the plots), ``summary.csv``,
 ``comparisons.csv`` (sweeps with a baseline), ``attribution.csv`` (runs with seeds: where the gain
-came from, :mod:`~tsctl.stages.report.attribution`) and PNGs. A sweep of ``ratio`` alone with a ``ratio=0``
-point also gets the method's four claims assessed (:mod:`~tsctl.stages.report.claims`).
+came from, :mod:`~tsctl.analysis.attribution`) and PNGs. A sweep of ``ratio`` alone with a ``ratio=0``
+point also gets the method's four claims assessed (:mod:`~tsctl.analysis.claims`).
 
-Rooms: :mod:`~tsctl.stages.report.points` reads run folders and groups them into points,
-:mod:`~tsctl.stages.report.compare` computes intervals and paired comparisons (:mod:`tsctl.stages.report.stats`; over seeds
-and problems together, :mod:`~tsctl.stages.report.crossed`),
-Holm-adjusted within each family (:mod:`~tsctl.stages.report.families`), with the minimum detectable effect of each
-(:mod:`~tsctl.stages.report.power`) and their verdicts and bounds put into words by :mod:`~tsctl.stages.report.wording`;
-:mod:`~tsctl.stages.report.tables` writes them as text, :mod:`~tsctl.stages.report.plots` and
-:mod:`~tsctl.stages.report.attribution_plots` draw the figures with :mod:`~tsctl.stages.report.figures`,
-:mod:`~tsctl.stages.report.attribution` writes the seeded samples by source, arm, age and prefix length, :mod:`~tsctl.stages.report.claims`
+Rooms: :mod:`~tsctl.analysis.points` reads run folders and groups them into points,
+:mod:`~tsctl.analysis.compare` computes intervals and paired comparisons (:mod:`tsctl.analysis.stats`; over seeds
+and problems together, :mod:`~tsctl.analysis.crossed`),
+Holm-adjusted within each family (:mod:`~tsctl.analysis.families`), with the minimum detectable effect of each
+(:mod:`~tsctl.analysis.power`) and their verdicts and bounds put into words by :mod:`~tsctl.analysis.wording`;
+:mod:`~tsctl.analysis.tables` writes them as text, :mod:`~tsctl.analysis.plots` and
+:mod:`~tsctl.analysis.attribution_plots` draw the figures with :mod:`~tsctl.analysis.figures`,
+:mod:`~tsctl.analysis.attribution` writes the seeded samples by source, arm, age and prefix length, :mod:`~tsctl.analysis.claims`
 what a ratio sweep says of the method's claims.
 """
 
@@ -27,14 +27,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from tsctl.config.errors import ConfigError
-from tsctl.evaluation.nan_warnings import run_warnings
-from tsctl.io import atomic
-from tsctl.stages.report.attribution import attribution_csv, attribution_rows, markdown_section
-from tsctl.stages.report.claims import assess, is_ratio_sweep
-from tsctl.stages.report.claims import markdown_section as claims_section
-from tsctl.stages.report.compare import compare, default_baseline, parse_baseline, summarize
-from tsctl.stages.report.points import (
+from tsctl.analysis.attribution import attribution_csv, attribution_rows, markdown_section
+from tsctl.analysis.claims import assess, is_ratio_sweep
+from tsctl.analysis.claims import markdown_section as claims_section
+from tsctl.analysis.compare import compare, default_baseline, parse_baseline, summarize
+from tsctl.analysis.points import (
     FINAL_EVAL,
     Run,
     arithmetic_warnings,
@@ -45,8 +42,11 @@ from tsctl.stages.report.points import (
     is_run_folder,
     revision_warnings,
 )
-from tsctl.stages.report.stats import LEVEL
-from tsctl.stages.report.tables import comparisons_csv, csv_text, markdown, print_claims, print_tables
+from tsctl.analysis.stats import LEVEL
+from tsctl.analysis.tables import comparisons_csv, csv_text, markdown, print_claims, print_tables
+from tsctl.config.errors import ConfigError
+from tsctl.evaluation.nan_warnings import run_warnings
+from tsctl.io import atomic
 
 __all__ = ["FINAL_EVAL", "find_runs", "report"]
 
@@ -70,8 +70,8 @@ def report(path: Path, echo: bool = True, baseline: Optional[str] = None, level:
         FileNotFoundError: ``path`` holds no run.
         ConfigError: the baseline is malformed or matches no point.
     """
-    from tsctl.stages.report.attribution_plots import draw_attribution
-    from tsctl.stages.report.plots import draw_all
+    from tsctl.analysis.attribution_plots import draw_attribution
+    from tsctl.analysis.plots import draw_all
 
     path = Path(path)
     runs = find_runs(path)

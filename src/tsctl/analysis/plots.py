@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from tsctl.stages.report.figures import band, discard, figure, from_zero, half_width, save, styles
-from tsctl.stages.report.points import SOURCES, TAIL, Point, Run, tail
+from tsctl.analysis.figures import band, discard, figure, from_zero, half_width, save, styles
+from tsctl.analysis.points import SOURCES, TAIL, Point, Run, tail
 
 POSITION_AXIS = "token position in response (tokens, binned)"
 SOURCE_TITLES = {

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
-from tsctl.stages.report.stats import LEVEL, Comparison, Interval, check_level
+from tsctl.analysis.stats import LEVEL, Comparison, Interval, check_level
 
 METHOD = "seeds and problems"
 """The name of :func:`crossed_difference`'s test, as the tables print it."""

@@ -24,7 +24,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Completion, Engine, SamplingParams
 from tsctl.evaluation.scoring import Scored, greedy, sample_and_score, solve_rates
 from tsctl.evaluation.suites import Suite
-from tsctl.models.batch import pack
+from tsctl.models.batch import collate
 from tsctl.models.logprobs import response_logprobs
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
@@ -74,7 +74,7 @@ def mean_entropy(
     ]
     total, tokens = 0.0, 0
     for chunk in _chunks(samples, ENTROPY_CHUNK_TOKENS):
-        batch = pack(chunk, torch.zeros(len(chunk)), pad_id, model.device)
+        batch = collate(chunk, torch.zeros(len(chunk)), pad_id, model.device)
         with torch.no_grad():
             _, entropy = response_logprobs(model, batch, temperature, with_entropy=True)
         total += float(entropy[batch.resp_mask].sum())

@@ -7,11 +7,11 @@ import io
 import math
 from pathlib import Path
 
-from tsctl.stages.report.claims import Assessed
-from tsctl.stages.report.compare import Row, Summary
-from tsctl.stages.report.points import TAIL, Point, header, higher_is_better
-from tsctl.stages.report.stats import Interval
-from tsctl.stages.report.wording import rules_out
+from tsctl.analysis.claims import Assessed
+from tsctl.analysis.compare import Row, Summary
+from tsctl.analysis.points import TAIL, Point, header, higher_is_better
+from tsctl.analysis.stats import Interval
+from tsctl.analysis.wording import rules_out
 
 
 def fmt(cell: Interval | None) -> str:

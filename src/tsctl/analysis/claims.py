@@ -3,13 +3,13 @@
 A sweep whose only swept key is ``ratio``, with a ``ratio=0`` point and at least one seeded point, is a
 *ratio sweep*; ``tsctl report`` then adds a section saying, claim by claim, what its completed runs
 support. Each claim lists its paired comparisons (:class:`Finding`: by seed; held-out metrics also by
-problem, from :func:`~tsctl.stages.report.compare.compare` against ``ratio=0``). One comparison has one
+problem, from :func:`~tsctl.analysis.compare.compare` against ``ratio=0``). One comparison has one
 verdict: claim (iii)'s comparisons are rows of the sweep's comparison table and keep that table's
 Holm-adjusted p (the table is their family); the comparisons of claims (i), (ii) and (iv), which the table
-does not make, are one family per claim (:mod:`~tsctl.stages.report.families`), adjusted together. Each
+does not make, are one family per claim (:mod:`~tsctl.analysis.families`), adjusted together. Each
 line gives the interval, the raw and adjusted p and the family, the verdict from the adjusted p, what the
 interval rules out and the minimum detectable effect of the paired t-test over seeds
-(:mod:`~tsctl.stages.report.wording`, :mod:`~tsctl.stages.report.power`). :func:`claim_status` sums up the verdicts:
+(:mod:`~tsctl.analysis.wording`, :mod:`~tsctl.analysis.power`). :func:`claim_status` sums up the verdicts:
 
 (i) under plain on-policy training (``ratio=0``) entropy falls over training, and along the response
     position, more so as training goes on. Measured: over training (last 10% of steps against the first
@@ -31,12 +31,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from tsctl.stages.report.compare import Row, Summary, compare
-from tsctl.stages.report.families import holm
-from tsctl.stages.report.points import Point, Run, final_values, higher_is_better, mean_of, tail
-from tsctl.stages.report.power import min_detectable_effect
-from tsctl.stages.report.stats import Comparison, paired_difference
-from tsctl.stages.report.wording import decide, rules_out
+from tsctl.analysis.compare import Row, Summary, compare
+from tsctl.analysis.families import holm
+from tsctl.analysis.points import Point, Run, final_values, higher_is_better, mean_of, tail
+from tsctl.analysis.power import min_detectable_effect
+from tsctl.analysis.stats import Comparison, paired_difference
+from tsctl.analysis.wording import decide, rules_out
 
 BASELINE = "ratio=0"
 """The label of plain DAPO's point, which every claim is about or compares with."""
@@ -136,7 +136,7 @@ def entropy_falls(points: dict[str, Point], rows: list[Row], level: float) -> li
 
 
 def prefix_clipped(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
-    """(ii) Prefix tokens are clipped far more often than suffix tokens (:func:`~tsctl.stages.report.points.final_values`'
+    """(ii) Prefix tokens are clipped far more often than suffix tokens (:func:`~tsctl.analysis.points.final_values`'
     clipped % of each source's tokens over all steps)."""
     lines = []
     for label, point in points.items():

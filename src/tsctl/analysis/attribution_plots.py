@@ -1,4 +1,4 @@
-"""Figures of the attribution section (:mod:`tsctl.stages.report.attribution`).
+"""Figures of the attribution section (:mod:`tsctl.analysis.attribution`).
 
 - ``attribution.png``: mean advantage of seeded samples by source, selector arm, behaviour age and
   prefix length, every line a sweep point (band: the t-interval over seeds);
@@ -15,9 +15,9 @@ from typing import Optional
 
 import numpy as np
 
-from tsctl.stages.report.attribution import SPLITS, run_attribution, value_order
-from tsctl.stages.report.figures import band, colormap, discard, figure, half_width, save, styles
-from tsctl.stages.report.points import Point
+from tsctl.analysis.attribution import SPLITS, run_attribution, value_order
+from tsctl.analysis.figures import band, colormap, discard, figure, half_width, save, styles
+from tsctl.analysis.points import Point
 
 ARM_KEY = "seeds/by_arm/"
 

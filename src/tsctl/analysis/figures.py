@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from tsctl.stages.report.points import Point  # noqa: E402
-from tsctl.stages.report.stats import mean_ci  # noqa: E402
+from tsctl.analysis.points import Point  # noqa: E402
+from tsctl.analysis.stats import mean_ci  # noqa: E402
 
 MARKERS = "osD^vP*X"
 

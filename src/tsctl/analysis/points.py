@@ -26,12 +26,16 @@ from typing import Any, Iterable, Optional
 from omegaconf import OmegaConf
 
 from tsctl.algo.position_metrics import SOURCE_NAMES
-from tsctl.io.arithmetic import label as arithmetic_label
+from tsctl.io.rounding import label as arithmetic_label
 from tsctl.io.run_lock import is_held
 from tsctl.io.runs import RunDir
 
 FINAL_EVAL = "final_eval.json"
 """File in a run folder with the final checkpoint's held-out greedy accuracy and pass@k."""
+
+POINT_SEP = "-"
+"""What joins a sweep point's ``key=value`` pairs in its folder's name (``ratio=25-seed=1``; no commas: wandb run ids
+reject them)."""
 
 IGNORED_KEYS = ("seed", "name", "experiment", "runs_dir", "resume")
 """Settings that never tell points apart (``seed`` is what a point averages over)."""
@@ -55,7 +59,7 @@ class Run:
             when not recorded.
         base_weights: the digest of the built-in model's weights it started from (its manifest's
             ``base_model.weights_sha256``), None for another model or when unknown.
-        arithmetic: what decided its rounding (its manifest's ``arithmetic``, :func:`tsctl.io.arithmetic.label`),
+        arithmetic: what decided its rounding (its manifest's ``arithmetic``, :func:`tsctl.io.rounding.label`),
             None when not recorded.
     """
 
@@ -126,6 +130,11 @@ def load_run(path: Path) -> Run:
     return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"),
                manifest.get("git_revision"), base_weights(manifest), arithmetic_label(manifest["arithmetic"]) if manifest.get("arithmetic") else None,
                manifest.get("git_dirty"))
+
+
+def is_done(run: RunDir) -> bool:
+    """Training completed and the final evaluation written."""
+    return run.manifest().get("status") == "completed" and (run.path / FINAL_EVAL).is_file()
 
 
 def base_weights(manifest: dict[str, Any]) -> Optional[str]:

@@ -8,13 +8,13 @@ Every RL result here is a handful of seeds per setting, so each number comes wit
   the same prompts and the same initial sampling stream), its t-interval and the p-value of the paired
   t-test (``scipy.stats.ttest_rel``). Pairing removes the seed-to-seed spread both settings share.
 - per-problem pairing (the same held-out problems under both settings and every seed) is tested with seeds
-  and problems as crossed random effects, in :mod:`~tsctl.stages.report.crossed`.
+  and problems as crossed random effects, in :mod:`~tsctl.analysis.crossed`.
 - :func:`equivalence_p`: the equivalence test (TOST) of paired differences over seeds against a margin
   ``m``: two one-sided paired t-tests, of ``mean <= -m`` and of ``mean >= m``; its p-value is the larger of
   the two, below alpha exactly when the ``1 - 2 alpha`` t-interval lies inside ``(-m, m)``.
 - :func:`verdict`: ``better`` / ``worse`` when the interval excludes 0 (in the direction where
   higher is better), else ``not distinguishable``. A report's verdicts come from Holm-adjusted p-values
-  instead (:func:`~tsctl.stages.report.wording.decide`).
+  instead (:func:`~tsctl.analysis.wording.decide`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from tsctl.stages.report.wording import BETTER, HIGHER, LOWER, SAME, WORSE
+from tsctl.analysis.wording import BETTER, HIGHER, LOWER, SAME, WORSE
 
 LEVEL = 0.95
 """Default confidence level of every interval."""
@@ -63,7 +63,7 @@ class Comparison:
         diff: the estimate of (setting - baseline) with its interval.
         p_value: two-sided p-value of the test of ``diff == 0`` (NaN when untestable).
         method: how the interval and p-value were computed (``paired t``, or
-            :data:`~tsctl.stages.report.crossed.METHOD`).
+            :data:`~tsctl.analysis.crossed.METHOD`).
     """
 
     diff: Interval

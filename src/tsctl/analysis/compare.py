@@ -1,6 +1,6 @@
 """The statistics of a report: per-point intervals over seeds and paired comparisons with a baseline.
 
-- Every summary cell is a :class:`~tsctl.stages.report.stats.Interval`: mean, sample std and the 95% Student-t
+- Every summary cell is a :class:`~tsctl.analysis.stats.Interval`: mean, sample std and the 95% Student-t
   interval over the point's completed seeds.
 - A *baseline* is a partial setting such as ``ratio=0``. Each other point is compared with the point
   that has its settings except for the baseline's keys (``ratio=25 refresh=5`` against
@@ -10,17 +10,17 @@
   t-interval and the paired t-test's p-value. For held-out greedy accuracy and pass@k, when every
   paired run stored per-problem results of the same problems (``final_eval.json``'s
   ``per_problem``; pass@k per problem by the unbiased estimator), a test with seeds and problems as
-  crossed random effects (:func:`~tsctl.stages.report.crossed.crossed_difference`) gives a second interval
+  crossed random effects (:func:`~tsctl.analysis.crossed.crossed_difference`) gives a second interval
   and p-value, which then decide: it also covers the sampling of the held-out problems, and counts the
   seed-by-problem noise once (its false-positive rate under simulated nulls is checked in
   ``tests/test_report_calibration.py``).
-- The comparisons of one table are one family (:mod:`~tsctl.stages.report.families`): the deciding
+- The comparisons of one table are one family (:mod:`~tsctl.analysis.families`): the deciding
   p-values are Holm-adjusted together and the verdict follows the adjusted p
-  (:func:`~tsctl.stages.report.wording.decide`). With an equivalence margin (``report.equivalence_margin``,
+  (:func:`~tsctl.analysis.wording.decide`). With an equivalence margin (``report.equivalence_margin``,
   in the held-out metrics' units), each held-out metric's paired differences over seeds are also tested for
   equivalence (TOST), Holm-adjusted the same way.
 - Every row carries the minimum detectable effect of the paired t-test over its seeds at 80% power
-  (:func:`~tsctl.stages.report.power.min_detectable_effect`, two-sided at 1 - the confidence level).
+  (:func:`~tsctl.analysis.power.min_detectable_effect`, two-sided at 1 - the confidence level).
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tsctl.algo.passk import pass_at_k
-from tsctl.stages.report.points import Point, Run, final_values, higher_is_better, metric_order
-from tsctl.stages.report.families import holm
-from tsctl.stages.report.power import min_detectable_effect
-from tsctl.stages.report.crossed import METHOD, crossed_difference
-from tsctl.stages.report.stats import LEVEL, Comparison, Interval, equivalence_p, mean_ci, paired_difference
-from tsctl.stages.report.wording import decide
+from tsctl.analysis.crossed import METHOD, crossed_difference
+from tsctl.analysis.families import holm
+from tsctl.analysis.points import Point, Run, final_values, higher_is_better, metric_order
+from tsctl.analysis.power import min_detectable_effect
+from tsctl.analysis.stats import LEVEL, Comparison, Interval, equivalence_p, mean_ci, paired_difference
+from tsctl.analysis.wording import decide
+
 
 @dataclass
 class Summary:
@@ -184,11 +185,12 @@ def paired_rows(point: Point, base: Point, metrics: list[str], level: float = LE
     return rows
 
 
-def adjusted(rows: list[Row], alpha: float) -> list[Row]:
-    """``rows`` as one family: their deciding and equivalence p-values Holm-adjusted, and their verdicts."""
-    p_holm = holm([r.decided.p_value for r in rows])
+def adjusted(rows: list[Row], alpha: float, size: int = 0) -> list[Row]:
+    """``rows`` as one family: their deciding and equivalence p-values Holm-adjusted, and their verdicts. ``size``: the
+    family's declared size, when some of its comparisons have no rows yet (:func:`~tsctl.analysis.families.holm`)."""
+    p_holm = holm([r.decided.p_value for r in rows], size)
     tested = [i for i, r in enumerate(rows) if r.p_equivalence is not None]
-    equal_holm = dict(zip(tested, holm([rows[i].p_equivalence for i in tested])))
+    equal_holm = dict(zip(tested, holm([rows[i].p_equivalence for i in tested], size)))
     out = []
     for i, (r, p) in enumerate(zip(rows, p_holm)):
         said = decide(r.decided.diff.mean, p, alpha, higher_is_better(r.metric), equal_holm.get(i), r.margin)

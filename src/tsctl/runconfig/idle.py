@@ -17,16 +17,18 @@ set by a group or preset file on purpose):
   ``seeds.bandit_c`` without ``bandit``, ``seeds.probe_*`` without ``max_entropy``): refused.
 - ``seeds.source``: ``seeds.source_path`` with ``self``, ``seeds.trace_logprobs`` without
   ``traces``: refused.
-- ``algo.adv_estimator``: the ``algo.*`` keys another estimator declares it ``reads``
-  (``algo.norm_adv_by_std``/``algo.adv_eps`` without ``grpo``): refused.
+- ``algo.adv_estimator``, ``algo.policy_loss``, ``algo.loss``: the ``algo.*`` keys another entry declares it ``reads``
+  (``algo.norm_adv_by_std``/``algo.adv_eps`` without the estimator ``grpo``; ``algo.clip_low``/``clip_high``/``clip_c``
+  with the policy loss ``cispo``, and ``algo.prefix_clip_c`` with one that declares no ``prefix_clip``), and every key
+  of another entry's settings block (``algo.cispo.*`` without ``cispo``): refused.
 - ``algo.overlong``: ``algo.overlong_buffer``/``algo.overlong_penalty`` without ``penalty``: refused.
 - ``algo.dynamic_sampling``: ``algo.max_resample_rounds`` when off: refused.
 - ``algo.rollout_correction``: ``algo.rollout_correction_cap`` with ``none``: refused.
 - ``algo.kl_coef``: ``algo.ref_placement`` at 0 (no reference model is loaded): refused.
 - ``trainer.nonfinite``: ``trainer.max_nonfinite_skips`` with ``stop``: refused.
-- Left: the ``vllm``-only ``engine.*`` keys with ``engine=hf`` (``--cfg job`` names them as unread) and
+- Left: another engine's settings block (``engine.vllm.*`` with ``engine=hf``; ``--cfg job`` names them as unread) and
   ``model.tiny``/``model.warmup`` with another ``model.path`` (presets set them and a user may switch the
-  engine or model on top); ``task.<name>.*`` of another task (each task's group file sets its own); the
+  engine or model on top); another task's settings block ``task.<name>.*`` (each task's group file sets its own); the
   ``trainer.eval_*`` sizes with ``trainer.eval_every=0`` (the final evaluation and ``tsctl eval``
   read them); ``trainer.checkpoint_on_signal`` (read on every signal).
 
@@ -37,16 +39,26 @@ differ only in settings idle at them (``ratio=0,25 refresh=5,20``: both ``ratio=
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any
 
+from tsctl.algo.advantages import ADVANTAGES
+from tsctl.algo.aggregations import AGGREGATIONS
+from tsctl.algo.losses import POLICY_LOSSES
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.schema.rl import AlgoConfig, SeedsConfig
 from tsctl.config.schema.trainer import TrainerConfig
+from tsctl.seeds.selectors import SELECTORS
+from tsctl.seeds.sources import SOURCES
+from tsctl.seeds.truncation import STRATEGIES
 
 _SEEDS, _ALGO, _TRAINER, _TOP = SeedsConfig(), AlgoConfig(), TrainerConfig(), TsctlConfig()
+
+ALGO_ENTRIES = (POLICY_LOSSES, AGGREGATIONS, ADVANTAGES)
+"""The registries whose entries read ``algo.*`` keys and keep settings blocks in ``algo``, all refused when idle."""
 
 Idle = tuple[str, str, str]
 """An idle key, why it cannot take effect, and the fix."""
@@ -56,12 +68,13 @@ def _changed(section: Any, default: Any, key: str) -> bool:
     return getattr(section, key) != getattr(default, key)
 
 
-def idle_settings(cfg: TsctlConfig, registries: Mapping[str, Registry]) -> list[ConfigError]:
+def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
     """One :class:`ConfigError` per key of ``cfg`` set away from its default that cannot take effect (see the module
-    docstring). ``registries`` maps ``truncation``, ``seeds.selector``, ``seeds.source`` and ``algo.adv_estimator``
-    to their registries, whose entries declare what they read and need."""
-    found = _without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg, registries["truncation"], registries["seeds.selector"], registries["seeds.source"])
-    found += _algo_and_trainer(cfg, registries["algo.adv_estimator"])
+    docstring); the registries' entries declare what they read and keep."""
+    found = _without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg)
+    for registry in ALGO_ENTRIES:
+        found += _entry_keys(cfg.algo, registry)
+    found += _algo_and_trainer(cfg)
     return [ConfigError(key, f"{_value(cfg, key)!r} cannot take effect: {why}; {fix}") for key, why, fix in found]
 
 
@@ -81,17 +94,42 @@ def _without_seeds(cfg: TsctlConfig) -> list[Idle]:
     return [(key, "it is read by Thinking Seeds runs only and ratio=0", "set ratio > 0 (e.g. ratio=25) or drop it") for key in keys]
 
 
+def _reads(registry: Registry, name: str) -> tuple[str, ...]:
+    """The keys of its section the entry ``name`` reads: those it declares, and ``prefix_clip_c`` for a policy loss
+    that declares ``prefix_clip``."""
+    needs = registry.needs(name)
+    return (*needs.reads, *(("prefix_clip_c",) if getattr(needs, "prefix_clip", False) else ()))
+
+
 def _readers(registry: Registry) -> dict[str, list[str]]:
-    """Each key some entry of ``registry`` declares it ``reads`` (in its own section: ``seeds.*``, ``algo.*``) -> those entries, in registration order."""
+    """Each key some entry of ``registry`` reads (in its own section: ``seeds.*``, ``algo.*``) -> those entries, in registration order."""
     readers: dict[str, list[str]] = {}
     for name in registry.names():
-        for key in registry.needs(name).reads:
+        for key in _reads(registry, name):
             readers.setdefault(key, []).append(name)
     return readers
 
 
-def _seeds(cfg: TsctlConfig, strategies: Registry, selectors: Registry, sources: Registry) -> list[Idle]:
+def _entry_keys(section: Any, registry: Registry) -> list[Idle]:
+    """The keys of ``section`` (``cfg.algo``) that only entries of ``registry`` other than the chosen one read, and the
+    keys of their settings blocks, set away from their defaults."""
+    chosen, default, found = getattr(section, registry.key.rpartition(".")[2]), type(section)(), []
+    for key, readers in sorted(_readers(registry).items()):
+        if chosen not in readers and _changed(section, default, key):
+            found.append((f"{registry.section}.{key}", f"it is read only with {registry.key}={'|'.join(readers)}", f"set {registry.key}={readers[0]} or drop it"))
+    for name, block in registry.blocks().items():
+        if name == chosen:
+            continue
+        own = registry.settings(name, section)
+        for f in dataclasses.fields(block):
+            if getattr(own, f.name) != getattr(block(), f.name):
+                found.append((f"{registry.section}.{name}.{f.name}", f"it is read only with {registry.key}={name}", f"set {registry.key}={name} or drop it"))
+    return found
+
+
+def _seeds(cfg: TsctlConfig) -> list[Idle]:
     """``ratio > 0``: the ``seeds.*`` keys that the truncation, selector or source turn off."""
+    strategies, selectors, sources = STRATEGIES, SELECTORS, SOURCES
     s, found = cfg.seeds, []
     cut = strategies.needs(cfg.truncation)
     for key in sorted(set(_readers(strategies)) - set(cut.reads)):
@@ -114,12 +152,9 @@ def _seeds(cfg: TsctlConfig, strategies: Registry, selectors: Registry, sources:
     return found
 
 
-def _algo_and_trainer(cfg: TsctlConfig, estimators: Registry) -> list[Idle]:
-    """The ``algo.*`` and ``trainer.*`` keys another key turns off."""
+def _algo_and_trainer(cfg: TsctlConfig) -> list[Idle]:
+    """The ``algo.*`` and ``trainer.*`` keys another key turns off (those of the registries' entries aside)."""
     al, tr, found = cfg.algo, cfg.trainer, []
-    for key, readers in sorted(_readers(estimators).items()):
-        if al.adv_estimator not in readers and _changed(al, _ALGO, key):
-            found.append((f"algo.{key}", f"it is read only with algo.adv_estimator={'|'.join(readers)}", f"set algo.adv_estimator={readers[0]} or drop it"))
     for key in ("overlong_buffer", "overlong_penalty"):
         if al.overlong != "penalty" and _changed(al, _ALGO, key):
             found.append((f"algo.{key}", f"it is read only with algo.overlong=penalty (got {al.overlong})", "set algo.overlong=penalty or drop it"))

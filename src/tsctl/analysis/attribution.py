@@ -15,8 +15,8 @@ import io
 import math
 from dataclasses import dataclass
 
-from tsctl.stages.report.points import Point, Run, sort_key
-from tsctl.stages.report.stats import LEVEL, Interval, mean_ci
+from tsctl.analysis.points import Point, Run, sort_key
+from tsctl.analysis.stats import LEVEL, Interval, mean_ci
 
 SPLITS = {
     "by_source": "source",
@@ -87,7 +87,7 @@ NOTES = (
 
 def markdown_section(rows: list[AttributionRow], level: float) -> str:
     """The section as Markdown (empty without seeded samples)."""
-    from tsctl.stages.report.tables import fmt
+    from tsctl.analysis.tables import fmt
 
     if not rows:
         return ""

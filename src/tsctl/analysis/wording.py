@@ -1,15 +1,15 @@
-"""How a comparison is put into words, in one place: its verdict, what its interval rules out, and the
-phrasings the report, the results page and the README never use.
+"""How a comparison is put into words, in one place: its verdict and what its interval rules out (the phrasings the
+report, the results page and the README never use are looked for by ``tests/forbidden_phrasings.py``).
 
 The rules:
 
 - A verdict is ``better`` / ``worse`` (``higher`` / ``lower`` for a metric with no better direction, such
-  as entropy) when the comparison's Holm-adjusted p-value is below alpha (:mod:`~tsctl.stages.report.families`);
+  as entropy) when the comparison's Holm-adjusted p-value is below alpha (:mod:`~tsctl.analysis.families`);
   otherwise ``not distinguishable``.
 - A difference that is not distinguishable from 0 is never called "no effect", "no difference" or "neither
   helps nor hurts", nor said to lie "within the spread": an interval that holds 0 also holds effects. The one
   exception is ``equivalent within ±m``, said only when the equivalence test (TOST over seeds,
-  :func:`~tsctl.stages.report.stats.equivalence_p`) against the stated margin m (``report.equivalence_margin``)
+  :func:`~tsctl.analysis.stats.equivalence_p`) against the stated margin m (``report.equivalence_margin``)
   passes after Holm.
 - Every comparison says what its interval rules out, in the metric's units: with interval [L, H] around
   ``point - baseline`` of a metric where higher is better, "rules out gains > H / losses > -L"; where the
@@ -19,21 +19,10 @@ The rules:
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
 BETTER, WORSE, SAME = "better", "worse", "not distinguishable"
 HIGHER, LOWER = "higher", "lower"
-
-FORBIDDEN = (
-    r"\bno effect\b",
-    r"\bno difference\b",
-    r"\bneither helps? nor hurts?\b",
-    r"\bwithin the seed( and problem)? spread\b",
-    r"\bequivalent\b(?! within ±)",
-)
-"""Patterns (case-insensitive) of the phrasings that state a null result as an equivalence."""
-
 
 _WORDS = {True: (("gains", "gain"), ("losses", "loss")), False: (("losses", "loss"), ("gains", "gain")),
           None: (("rises", "rise"), ("falls", "fall"))}
@@ -86,8 +75,3 @@ def rules_out(low: float, high: float, higher_is_better: Optional[bool], spec: s
     if high < 0:
         return f"rules out {down} > {n(low)} or < {n(high)}, and any {one_up}"
     return f"rules out {up} > {n(high)} / {down} > {n(low)}"
-
-
-def forbidden_phrasings(text: str) -> list[str]:
-    """The phrasings of ``text`` that :data:`FORBIDDEN` rules out, as found."""
-    return [m.group(0) for pattern in FORBIDDEN for m in re.finditer(pattern, text, flags=re.IGNORECASE)]

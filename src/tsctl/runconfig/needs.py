@@ -1,0 +1,58 @@
+"""Refusals of what the chosen entries need: each entry's own check (a task's settings, an engine's rules), what one
+entry needs of another (a selector's pool, a truncation's entropies, a seed source's path), and the checks that need
+a package's logic (how many samples ``ratio`` seeds, where pi_old may come from)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tsctl.config.errors import ConfigError
+from tsctl.config.schema import TsctlConfig
+from tsctl.engines.own_logprobs import check_old_logprobs
+from tsctl.engines.registry import ENGINES
+from tsctl.seeds.base import inexact_ratio, seeded_count
+from tsctl.seeds.selectors import SELECTORS
+from tsctl.seeds.sources import SOURCES
+from tsctl.seeds.truncation import STRATEGIES
+from tsctl.tasks.registry import check_task_settings
+
+
+def check_needs(cfg: TsctlConfig) -> None:
+    """Raise :class:`ConfigError` at the first need of ``cfg``'s entries that it does not meet."""
+    check_task_settings(cfg.task)
+    ENGINES.needs(cfg.engine.name).check(cfg, ENGINES.settings(cfg.engine.name, cfg.engine))
+    check_old_logprobs(cfg)
+    _ratio(cfg)
+    _seeds(cfg)
+
+
+def _ratio(cfg: TsctlConfig) -> None:
+    """``ratio`` seeds a whole number of samples per group, ``seeded`` (derived) agrees, ``adv_group=plain`` keeps plain samples."""
+    if (inexact := inexact_ratio(cfg)) is not None:
+        raise ConfigError("ratio", inexact)
+    if cfg.seeded is not None and cfg.seeded != seeded_count(cfg):
+        raise ConfigError("seeded", f"{cfg.seeded} is derived from ratio and trainer.n (round({cfg.trainer.n} x {cfg.ratio:g} / 100) = "
+                          f"{seeded_count(cfg)}) and tsctl records it itself; drop it, or set the ratio that seeds {cfg.seeded}")
+    if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
+        raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
+
+
+def _seeds(cfg: TsctlConfig) -> None:
+    """What the seed source, the selector and the truncation need of each other."""
+    s = cfg.seeds
+    source = SOURCES.needs(s.source)
+    if source.path is not None and not s.source_path:
+        raise ConfigError("seeds.source_path", f"seeds.source={s.source} needs {source.path}: seeds.source_path=<path>")
+    if source.path_is_file and Path(s.source_path).is_dir():
+        raise ConfigError("seeds.source_path", f"{s.source_path} is a folder; seeds.source={s.source} reads {source.path}: point seeds.source_path at that file")
+    if source.path_is_file and not Path(s.source_path).is_file():
+        raise ConfigError("seeds.source_path", f"{s.source_path} does not exist or is not a file (seeds.source={s.source} reads {source.path})")
+    if SELECTORS.needs(s.selector).pool:
+        if not source.own:
+            raise ConfigError("seeds.selector", f"{s.selector!r} chooses among the run's own snapshots, but seeds.source={s.source}; use seeds.selector=latest")
+        if s.pool_size < 2:
+            raise ConfigError("seeds.pool_size", f"seeds.selector={s.selector} needs a pool of 2 or more snapshots to choose from (got {s.pool_size}); e.g. seeds.pool_size=4")
+        if cfg.refresh == 0:
+            raise ConfigError("seeds.selector", f"{s.selector!r} needs snapshots from several refresh windows, but refresh=0 keeps only the initial model; set refresh > 0")
+    if not source.entropies and STRATEGIES.needs(cfg.truncation).entropies:
+        raise ConfigError("truncation", f"{cfg.truncation!r} needs the behaviour policy's entropies, which seeds.source={s.source} does not give; choose another truncation")
