@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -533,9 +534,14 @@ def readme_block(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, li
         if found is None:
             rows.append([q.question, q.regime, compared, "pending: no records yet", "–", "–", "–"])
             continue
-        rows.append([q.question, q.regime, f"{compared}: {found['setting_mean']:.3f} vs {found['baseline_mean']:.3f} ({found['seeds']} seeds)",
-                     f"{found['difference']:+.3f} [{found['low']:+.3f}, {found['high']:+.3f}]", f"{found['p_holm']:.3g} ({found['family']})",
-                     found["verdict"], found["rules_out"]])
+        seeds = f"{found['seeds']} seed{'' if found['seeds'] == 1 else 's'}"
+        means = f"{compared}: {found['setting_mean']:.3f} vs {found['baseline_mean']:.3f} ({seeds})"
+        if math.isnan(found["p_holm"]):  # too few paired runs for an interval or a test: no verdict yet
+            rows.append([q.question, q.regime, means, f"{found['difference']:+.3f} (no interval)", f"– ({found['family']})",
+                         f"untested: {seeds} so far", found["rules_out"]])
+            continue
+        rows.append([q.question, q.regime, means, f"{found['difference']:+.3f} [{found['low']:+.3f}, {found['high']:+.3f}]",
+                     f"{found['p_holm']:.3g} ({found['family']})", found["verdict"], found["rules_out"]])
     lines = [BLOCK_START, "", *md_table(["question", "regime", "comparison", "difference [95% CI]", "Holm p (family)", "verdict", "rules out"], rows), ""]
     if claim_blocks:
         head = ["claim", *(f"{name}" for name, _ in claim_blocks)]

@@ -50,3 +50,14 @@ def test_readme_quotes_no_p_value_or_verdict_outside_its_table_of_findings(writt
 def test_a_readme_without_the_block_s_markers_is_told_where_they_go(results):  # noqa: F811
     with pytest.raises(ValueError, match="has no block of findings: put the lines"):
         results.with_block("# tsctl\n", "block")
+
+
+def test_a_comparison_of_one_seed_so_far_is_quoted_untested_without_a_p_value(results):  # noqa: F811
+    q = results.README_QUOTES[0]
+    one = {"setting": q.setting, "baseline": q.baseline, "metric": q.metric, "seeds": 1, "setting_mean": 0.5, "baseline_mean": 0.4,
+           "difference": 0.1, "low": float("nan"), "high": float("nan"), "p_holm": float("nan"), "verdict": "not distinguishable",
+           "family": "primary, Holm over 9", "rules_out": "rules out nothing (too few runs for an interval)"}
+    row = next(line for line in results.readme_block({q.section: [one]}, []).splitlines() if line.startswith(f"| {q.question} |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2].endswith(": 0.500 vs 0.400 (1 seed)") and cells[3] == "+0.100 (no interval)"
+    assert cells[4:6] == ["– (primary, Holm over 9)", "untested: 1 seed so far"] and "nan" not in row
