@@ -13,6 +13,7 @@ checkpoint of their runs is shown against the step, with the warm-up as step 0.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -124,6 +125,10 @@ def gains_lines(spec: Section, rows: list[Row], decided: Decided, warm: Optional
             if drop:
                 d = drop[0].decided.diff
                 fell = f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+        if math.isnan(row.p_holm):  # too few paired runs for an interval or a test
+            out.append([setting, baseline, header(row.metric), f"{c.diff.mean:+.3f} (no interval)", "–",
+                        f"untested: {len(row.seeds)} seed{'' if len(row.seeds) == 1 else 's'} so far", home, fell])
+            continue
         out.append([setting, baseline, header(row.metric), f"{c.diff.mean:+.3f} [{c.diff.low:+.3f}, {c.diff.high:+.3f}]",
                     f"{row.p_holm:.3g}", row.verdict, home, fell])
     return md_table(head, out) if out else []
