@@ -55,7 +55,7 @@ def test_a_readme_without_the_block_s_markers_is_told_where_they_go(results):  #
 def test_a_comparison_of_one_seed_so_far_is_quoted_untested_without_a_p_value(results):  # noqa: F811
     q = results.README_QUOTES[0]
     one = {"setting": q.setting, "baseline": q.baseline, "metric": q.metric, "seeds": 1, "setting_mean": 0.5, "baseline_mean": 0.4,
-           "difference": 0.1, "low": float("nan"), "high": float("nan"), "p_holm": float("nan"), "verdict": "not distinguishable",
+           "difference": 0.1, "low": float("nan"), "high": float("nan"), "p_holm": float("nan"), "verdict": "untested (no p-value)",
            "family": "primary, Holm over 9", "rules_out": "rules out nothing (too few runs for an interval)"}
     row = next(line for line in results.readme_block({q.section: [one]}, []).splitlines() if line.startswith(f"| {q.question} |"))
     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -23,7 +23,7 @@ def test_the_verdict_follows_the_adjusted_p_and_the_sign():
     assert decide(-0.02, 0.01, 0.05, True) == "worse"
     assert decide(-0.02, 0.01, 0.05, False) == "better"
     assert decide(0.003, 0.001, 0.05, None) == "higher" and decide(-0.003, 0.001, 0.05, None) == "lower"
-    assert decide(0.02, math.nan, 0.05, True) == "not distinguishable"  # untestable
+    assert decide(0.02, math.nan, 0.05, True) == "untested (no p-value)"  # no p-value: one paired run
 
 
 def test_equivalence_is_said_only_when_its_test_passes_against_a_stated_margin():

@@ -5,7 +5,7 @@ The rules:
 
 - A verdict is ``better`` / ``worse`` (``higher`` / ``lower`` for a metric with no better direction, such
   as entropy) when the comparison's Holm-adjusted p-value is below alpha (:mod:`~tsctl.analysis.families`);
-  otherwise ``not distinguishable``.
+  otherwise ``not distinguishable``, or ``untested (no p-value)`` when there is none (one paired run, or no spread to test).
 - A difference that is not distinguishable from 0 is never called "no effect", "no difference" or "neither
   helps nor hurts", nor said to lie "within the spread": an interval that holds 0 also holds effects. The one
   exception is ``equivalent within ±m``, said only when the equivalence test (TOST over seeds,
@@ -22,6 +22,8 @@ import math
 from typing import Optional
 
 BETTER, WORSE, SAME = "better", "worse", "not distinguishable"
+UNTESTED = "untested (no p-value)"
+"""The verdict of a comparison with no p-value: fewer than two paired runs, or no spread to test."""
 HIGHER, LOWER = "higher", "lower"
 
 _WORDS = {True: (("gains", "gain"), ("losses", "loss")), False: (("losses", "loss"), ("gains", "gain")),
@@ -53,7 +55,7 @@ def decide(mean: float, p_adjusted: float, alpha: float, higher_is_better: Optio
         return BETTER if up == higher_is_better else WORSE
     if equivalence_p is not None and margin is not None and not math.isnan(equivalence_p) and equivalence_p < alpha:
         return equivalent(margin)
-    return SAME
+    return UNTESTED if math.isnan(p_adjusted) else SAME
 
 
 def rules_out(low: float, high: float, higher_is_better: Optional[bool], spec: str = ".3f") -> str:
