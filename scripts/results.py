@@ -43,7 +43,6 @@ from tsctl.io import atomic
 from tsctl.io.run_records import is_record, restore_record, save_record
 from tsctl.io.runs import RunDir, config_changes
 from tsctl.models.builtin import WARMUP_REPORT, base_model_entry, builtin_dir, weights_digest
-from tsctl.analysis.points import POINT_SEP, is_done
 from tsctl.runconfig import compose_config
 from tsctl.analysis.report import report
 from tsctl.analysis.attribution import attribution_rows, markdown_section
@@ -51,11 +50,11 @@ from tsctl.analysis.claims import CLAIMS, assess
 from tsctl.analysis.compare import Summary, compare, problem_scores, summarize
 from tsctl.analysis.crossed import mean_squares, seed_spread
 from tsctl.analysis.plots import plot_passk
-from tsctl.analysis.points import Point, Run, base_weights, find_runs, group_points, header
+from tsctl.analysis.points import POINT_SEP, Point, Run, base_weights, find_runs, group_points, header, is_done
 from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, warmup_point  # noqa: E402  (this script's own folder)
+from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, untested, warmup_point  # noqa: E402  (this script's own folder)
 from results_scoring import score_trajectory, score_warmup  # noqa: E402
 from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL  # noqa: E402
 
@@ -534,11 +533,10 @@ def readme_block(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, li
         if found is None:
             rows.append([q.question, q.regime, compared, "pending: no records yet", "–", "–", "–"])
             continue
-        seeds = f"{found['seeds']} seed{'' if found['seeds'] == 1 else 's'}"
-        means = f"{compared}: {found['setting_mean']:.3f} vs {found['baseline_mean']:.3f} ({seeds})"
+        means = f"{compared}: {found['setting_mean']:.3f} vs {found['baseline_mean']:.3f} ({seeds_text(found['seeds'])})"
         if math.isnan(found["p_holm"]):  # too few paired runs for an interval or a test: no verdict yet
             rows.append([q.question, q.regime, means, f"{found['difference']:+.3f} (no interval)", f"– ({found['family']})",
-                         f"untested: {seeds} so far", found["rules_out"]])
+                         untested(found["seeds"]), found["rules_out"]])
             continue
         rows.append([q.question, q.regime, means, f"{found['difference']:+.3f} [{found['low']:+.3f}, {found['high']:+.3f}]",
                      f"{found['p_holm']:.3g} ({found['family']})", found["verdict"], found["rules_out"]])

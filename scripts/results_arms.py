@@ -112,6 +112,16 @@ def family_lines(title: str, rows: list[Row]) -> list[str]:
     return [title, "", *md_table(*comparison_rows(rows)), "", "What each rules out:", "", *md_table(*bounds_rows(rows)), ""]
 
 
+def seeds_text(n: int) -> str:
+    """``1 seed``, ``5 seeds``."""
+    return f"{n} seed{'' if n == 1 else 's'}"
+
+
+def untested(n: int) -> str:
+    """The verdict cell of a comparison of ``n`` paired seeds too few for a test."""
+    return f"untested: {seeds_text(n)} so far"
+
+
 def gains_lines(spec: Section, rows: list[Row], decided: Decided, warm: Optional[Point]) -> list[str]:
     """Each primary pair's difference with its verdict and the family that decided it, beside how far its baseline arm
     fell from the warm-up."""
@@ -126,8 +136,7 @@ def gains_lines(spec: Section, rows: list[Row], decided: Decided, warm: Optional
                 d = drop[0].decided.diff
                 fell = f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
         if math.isnan(row.p_holm):  # too few paired runs for an interval or a test
-            out.append([setting, baseline, header(row.metric), f"{c.diff.mean:+.3f} (no interval)", "–",
-                        f"untested: {len(row.seeds)} seed{'' if len(row.seeds) == 1 else 's'} so far", home, fell])
+            out.append([setting, baseline, header(row.metric), f"{c.diff.mean:+.3f} (no interval)", "–", untested(len(row.seeds)), home, fell])
             continue
         out.append([setting, baseline, header(row.metric), f"{c.diff.mean:+.3f} [{c.diff.low:+.3f}, {c.diff.high:+.3f}]",
                     f"{row.p_holm:.3g}", row.verdict, home, fell])
