@@ -54,7 +54,7 @@ from tsctl.analysis.points import POINT_SEP, Point, Run, base_weights, find_runs
 from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, untested, warmup_point  # noqa: E402  (this script's own folder)
+from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, no_warmup_lines, untested, warmup_point  # noqa: E402  (this script's own folder)
 from results_scoring import score_trajectory, score_warmup  # noqa: E402
 from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL  # noqa: E402
 
@@ -316,7 +316,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])
-    lines += md_table(*table_rows(shown)) + ["", notes(summary), ""]
+    lines += md_table(*table_rows(shown)) + ["", notes(summary), ""] + (no_warmup_lines(points, [name]) if warm is None else [])
     if rows:
         lines += [f"Paired against {baseline}:", "", *md_table(*comparison_rows(rows)), ""]
         lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]
@@ -500,7 +500,8 @@ def render_all(runs_dir: Optional[Path] = None) -> tuple[str, str]:
         "adjusted in a family of its own and labelled so. One comparison has one verdict wherever it is shown: claim (iii)",
         "and a section that shows another's primary comparison take that family's verdict. Every comparison says what its",
         "interval rules out and the smallest effect its seeds could detect (MDE, 80% power). Each section's first row is",
-        "the warm-up model its runs started from, scored with the final evaluation's code, problems and sampling seeds.",
+        "the warm-up model its runs started from, scored with the final evaluation's code, problems and sampling seeds;",
+        "a section whose warm-up model has no scored record says so under its table, and why.",
         "The runs behind this page ran with one torch thread each (`OMP_NUM_THREADS=1`, or `--jobs 2` on 2 cores) beside",
         "other work, so their wall times say nothing about the README's. Each section says how many of its runs have",
         "finished. Compare points within a section: a section's runs start from one warmed-up built-in model (its weights'",

@@ -83,6 +83,18 @@ def warmup_point(points: list[Point], figures: Path, scratch: Path) -> Optional[
     return Point(WARMUP, {"arm": WARMUP}, runs, runs)
 
 
+def no_warmup_lines(points: list[Point], sweeps: list[str]) -> list[str]:
+    """Why a section built from ``points`` (of the sweeps ``sweeps``) has no warm-up row (:func:`warmup_point` gave None)."""
+    digests = sorted({r.base_weights for p in points for r in p.used if r.base_weights})
+    if not digests:
+        return ["Its runs did not record the weights of the warm-up model they started from, so it has no warm-up row.", ""]
+    if len(digests) > 1:
+        return [f"Its runs started from {len(digests)} warm-up models ({', '.join(digests)}), so it has no one warm-up row.", ""]
+    return [f"The warm-up model its runs started from (weights {digests[0]}) has no scored record in `docs/results/warmup/`, "
+            f"so it has no warm-up row: `python scripts/results.py --score-only --only {' '.join(sweeps)}` scores it on a "
+            "machine whose warm-up gives those weights, or with `--warmup-model` and a folder of them.", ""]
+
+
 def all_values(run: Run) -> dict[str, float]:
     """A run's final values and those of its whole training (:func:`~tsctl.analysis.points.training_values`)."""
     return final_values(run) | training_values(run)
@@ -239,9 +251,7 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
     lines += md_table(*table_rows(summary)) + [""]
     if spec.training:
         lines += training_lines([p for p in points if p.used])
-    if warm is None:
-        lines += ["The warm-up model these runs started from has no scored record yet (`python scripts/results.py --only "
-                  f"{' '.join(sweeps)}` scores it).", ""]
+    lines += no_warmup_lines(points, sweeps) if warm is None else []
     pairs = [(by_label[p.setting], by_label[p.baseline], p.metric) for p in spec.primary if p.setting in by_label and p.baseline in by_label]
     primary = family(pairs, size=len(spec.primary))  # Holm over the declared family, the comparisons without runs as p = 1
     ids = {arm.label: arm_id(arm) for arm in spec.arms}

@@ -173,3 +173,23 @@ def test_a_partial_family_is_adjusted_over_its_declared_size_and_a_one_seed_arm_
     assert "| ratio 25 | ratio 0 | held-out pass@8 | 3 | 0.345 | 0.320 | +0.025 | [+0.013, +0.037] | 0.013 | – | – | – | 0.118 | not distinguishable |" in primary
     gains = [line for line in section.splitlines() if line.startswith("| ratio 25, refresh 10 | ratio 25 |") and "| this section |" in line]
     assert gains and "| – | untested: 1 seed so far | this section |" in gains[0] and "nan" not in gains[0]
+
+
+def test_a_section_without_a_scored_warm_up_says_why_it_has_no_warm_up_row(results, tmp_path):  # noqa: F811
+    runs = tmp_path / "runs" / "results"
+    for seed in range(2):
+        arm_run(runs / "countdown-collapse-base" / f"ratio=0-seed={seed}", ["ratio=0"], seed, RATIO0[seed])
+        arm_run(runs / "countdown-collapse-base" / f"ratio=25-seed={seed}", ["ratio=25"], seed, RATIO25[seed])
+    ratio_sweep = runs / "countdown-ratio"
+    for seed, digest in ((0, DIGEST), (1, "e2e2e2e2e2e2")):  # a sweep whose seeds started from two warm-ups
+        arm_run(ratio_sweep / f"ratio=0-seed={seed}", ["ratio=0"], seed, RATIO0[seed])
+        manifest = {"status": "completed", "base_model": {"path": "m", "weights_sha256": digest}}
+        (ratio_sweep / f"ratio=0-seed={seed}" / "manifest.json").write_text(json.dumps(manifest))
+    page = results.render(tmp_path / "runs")
+    controls = section_of(page, "Where plain DAPO degrades")
+    assert "| warm-up |" not in controls
+    assert ("The warm-up model its runs started from (weights d1d1d1d1d1d1) has no scored record in `docs/results/warmup/`, so it "
+            "has no warm-up row: `python scripts/results.py --score-only --only countdown-collapse-base countdown-collapse-kl") in controls
+    ratio = section_of(page, "Countdown: off-policy ratio")
+    assert "| warm-up |" not in ratio
+    assert "Its runs started from 2 warm-up models (d1d1d1d1d1d1, e2e2e2e2e2e2), so it has no one warm-up row." in ratio
