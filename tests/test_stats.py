@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from tsctl.analysis.stats import BETTER, SAME, WORSE, Comparison, Interval, mean_ci, paired_difference, verdict
+from tsctl.analysis.stats import BETTER, SAME, WORSE, Comparison, Interval, mean_ci, paired_difference, t_quantile, t_two_sided_p, verdict
 
 
 def test_mean_ci_matches_the_t_interval_by_hand():
@@ -129,3 +129,11 @@ def test_the_minimum_detectable_effect_has_80_percent_power():
     assert min_detectable_effect(0.0, 5) == 0.0 and math.isnan(min_detectable_effect(0.5, 1))
     with pytest.raises(ValueError, match="alpha"):
         min_detectable_effect(1.0, 5, alpha=0.5, power=0.4)
+
+
+def test_the_t_helpers_are_scipy_s_t_distribution():
+    # t_{4, 0.975} = 2.776445 (tables); P(|T_4| >= 2.776445) = 0.05; the paired p-value is scipy's ttest_rel's
+    assert t_quantile(0.975, 4) == pytest.approx(2.776445, abs=1e-6) and t_quantile(0.975, 4.3) == scipy_stats.t.ppf(0.975, 4.3)
+    assert t_two_sided_p(2.776445, 4) == pytest.approx(0.05, abs=1e-6) and t_two_sided_p(-2.0, 4.3) == 2 * scipy_stats.t.sf(2.0, 4.3)
+    setting, baseline = [0.31, 0.35, 0.30, 0.41, 0.33], [0.30, 0.31, 0.29, 0.35, 0.34]
+    assert paired_difference(setting, baseline).p_value == pytest.approx(scipy_stats.ttest_rel(setting, baseline).pvalue, rel=1e-12)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
-from tsctl.analysis.stats import LEVEL, Comparison, Interval, check_level
+from tsctl.analysis.stats import LEVEL, Comparison, Interval, check_level, t_quantile, t_two_sided_p
 
 METHOD = "seeds and problems"
 """The name of :func:`crossed_difference`'s test, as the tables print it."""
@@ -151,8 +151,8 @@ def crossed_difference(setting: np.ndarray, baseline: np.ndarray, level: float =
     else:
         df = seeds - 1
     se = math.sqrt(total / (seeds * problems))
-    half = float(scipy_stats.t.ppf(0.5 + level / 2, df)) * se
-    p = float(2 * scipy_stats.t.sf(abs(mean) / se, df))
+    half = t_quantile(0.5 + level / 2, df) * se
+    p = t_two_sided_p(mean / se, df)
     return Comparison(Interval(mean, se, seeds, mean - half, mean + half), p, METHOD)
 
 
