@@ -1,7 +1,8 @@
 """The catalogue of bad inputs (see ``tests/catalogue.py``): data that would change a run's numbers without a word.
 
-An empty held-out split, held-out prompts that are train prompts, a column of the wrong type and a data path
-that is a folder are refused before any run folder exists, each with its fix, which is then applied; the
+An empty held-out split, held-out prompts that are train prompts, a column of the wrong type, a data path
+that is a folder and a hub dataset while the hub is unreachable are refused before any run folder exists, each with
+its fix, which is then applied (a local copy written by ``save_to_disk`` trains as the same rows in JSONL); the
 held-out split smaller than the evaluation asks for and prompts repeated within a split are counted in a note.
 (The instances of each class, without a run: ``tests/test_data_checks.py``.)
 """
@@ -9,12 +10,13 @@ held-out split smaller than the evaluation asks for and prompts repeated within 
 import json
 from pathlib import Path
 
+import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from catalogue import passes, refused
-from conftest import micro_args, tsctl
+from conftest import micro_args, stable_metrics, tsctl
 from tsctl.models.builtin import builtin_dir
 from tsctl.runconfig import compose_config
 
@@ -29,7 +31,7 @@ def model(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Path:
     return builtin_dir(compose_config(args).cfg)
 
 
-def on_file(tmp_path: Path, model: Path, data: Path, *extra: str) -> list[str]:
+def on_file(tmp_path: Path, model: Path, data: Path | str, *extra: str) -> list[str]:
     """One training step of a file task over ``data`` into ``tmp_path/runs``, from ``model``."""
     return [*micro_args(tmp_path / "runs", model.parent), f"model.path={model}", "task=file", f"task.file.train_path={data}",
             "trainer.steps=1", "trainer.save_every=1", *extra]
@@ -79,3 +81,17 @@ def test_a_data_path_that_is_a_folder_is_named_as_one(tmp_path, model):
     folder.mkdir()
     refused([tmp_path], "train", *on_file(tmp_path, model, folder), words=(f"{folder} is a folder, not a data file; point task.file.train_path at",))
     passes("train", *on_file(tmp_path, model, rows(folder / "train.jsonl", 20)), words=("run complete",))
+
+
+def test_a_hub_dataset_offline_is_refused_and_its_saved_copy_trains_as_the_same_rows_in_jsonl(tmp_path, model):
+    hub, offline = "hub:owner/sums:train", {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    refused([tmp_path], "train", *on_file(tmp_path, model, hub), words=(
+        f"task.file.train_path={hub}: the Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set)",
+        "save_to_disk('data-train')", "then set task.file.train_path to that copy"), **offline)
+    file = rows(tmp_path / "sums.jsonl", 20)
+    copy = tmp_path / "sums"
+    datasets.Dataset.from_list([json.loads(line) for line in file.read_text().splitlines()]).save_to_disk(str(copy))
+    passes("train", *on_file(tmp_path, model, copy, "name=saved"), words=("run complete",), **offline)
+    passes("train", *on_file(tmp_path, model, file, "name=jsonl"), words=("run complete",))
+    saved, jsonl = (stable_metrics(tmp_path / "runs" / "default" / name) for name in ("saved", "jsonl"))
+    assert [record["step"] for record in saved] == [0, 1] and saved == jsonl

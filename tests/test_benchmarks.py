@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from tsctl.tasks.benchmarks import (
     load_benchmark_config,
     resolve_path,
 )
+from tsctl.tasks.hf_datasets import INSTALL
 from tsctl.tasks.records import DataError
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
@@ -71,11 +72,11 @@ def test_missing_benchmark_file_names_every_place_tried(tmp_path: Path, monkeypa
         load_benchmark(BenchmarkConfig(name="x", path="missing/x.jsonl"))
 
 
-def test_hf_dataset_needs_the_datasets_package() -> None:
-    if importlib.util.find_spec("datasets") is not None:
-        pytest.skip("the datasets package is installed")
-    with pytest.raises(ImportError, match="pip install datasets"):
+def test_hf_dataset_needs_the_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets now fails
+    with pytest.raises(DataError) as error:
         load_benchmark(BenchmarkConfig(name="hf", hf_dataset="HuggingFaceH4/MATH-500"))
+    assert str(error.value) == f"benchmark hf (HuggingFaceH4/MATH-500, test) is a Hugging Face hub dataset, which needs the datasets package: {INSTALL}"
 
 
 @needs_data

@@ -72,10 +72,7 @@ def _benchmark(name: str, cfg: TsctlConfig) -> Suite:
         bench_cfg = load_benchmark_config(name)
     except ValueError as error:
         raise ConfigError("eval.benchmarks", str(error)) from None
-    try:
-        problems, skipped = load_benchmark(bench_cfg, cfg.eval.limit, cfg.eval.on_bad_row)
-    except ImportError as error:
-        raise ConfigError("eval.benchmarks", str(error)) from None
+    problems, skipped = load_benchmark(bench_cfg, cfg.eval.limit, cfg.eval.on_bad_row)
     return Suite(bench_cfg.name, BenchmarkTask(bench_cfg, problems, skipped), problems, skipped)
 
 

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from tsctl.config.store import conf_dir
 from tsctl.tasks.base import Problem, Split
 from tsctl.tasks.grading import BOXED_INSTRUCTION, GRADERS, ensure_answer_line, response_reward
+from tsctl.tasks.hf_datasets import load_hub_dataset
 from tsctl.tasks.records import ANSWER_RULES, FORMATS, DataError, Record, map_rows, read_records
 
 
@@ -32,7 +33,7 @@ class BenchmarkConfig:
     format: str = "auto"
     """``auto`` (by suffix), ``jsonl`` or ``parquet``."""
     hf_dataset: Optional[str] = None
-    """Hugging Face dataset id, read with the ``datasets`` package when ``path`` is null."""
+    """Hugging Face dataset id, read with the ``datasets`` package (the ``hf-datasets`` extra) when ``path`` is null."""
     hf_config: Optional[str] = None
     """Configuration (subset) name of the Hugging Face dataset."""
     split: str = "test"
@@ -124,7 +125,8 @@ def load_benchmark(
         ``(problems, skipped)``.
 
     Raises:
-        DataError: a missing file, a malformed row or a missing field; ImportError: hf_dataset without ``datasets``.
+        DataError: a missing file, a malformed row or a missing field; an hf_dataset that cannot be loaded (the hub
+            unreachable, ``datasets`` not installed).
     """
     validate_benchmark_config(cfg)
     fields = {"question": cfg.question_field, "answer": cfg.answer_field, "solution": cfg.solution_field}
@@ -146,14 +148,8 @@ def load_benchmark(
 
 
 def _hf_rows(cfg: BenchmarkConfig) -> Sequence[dict]:
-    try:
-        import datasets
-    except ImportError as error:
-        raise ImportError(
-            f"benchmark {cfg.name} reads the Hugging Face dataset {cfg.hf_dataset!r}, which needs the "
-            "`datasets` package (pip install datasets); or set path to a local JSONL/Parquet copy"
-        ) from error
-    return datasets.load_dataset(cfg.hf_dataset, cfg.hf_config, split=cfg.split)
+    label = f"benchmark {cfg.name} ({cfg.hf_dataset}, {cfg.split})"
+    return load_hub_dataset(cfg.hf_dataset, cfg.hf_config, cfg.split, label, f"path in the {cfg.name} benchmark config", folders=False)
 
 
 def _problem(cfg: BenchmarkConfig, record: Record) -> Problem:

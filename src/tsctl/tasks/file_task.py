@@ -1,8 +1,10 @@
-"""Bring-your-own task: problems from a JSONL or Parquet file, graded by :mod:`tsctl.tasks.grading`.
+"""Bring-your-own task: problems from a JSONL or Parquet file, a ``datasets`` folder or a hub dataset, graded by
+:mod:`tsctl.tasks.grading`.
 
 The train split is ``task.file.train_path``; the held-out split is ``task.file.heldout_path`` or,
-without one, a ``heldout_fraction`` of the train file drawn with the task's data seed. Both keep file
-order. Every question ends with ``task.file.instruction`` on a new line (by default a request for the final
+without one, a ``heldout_fraction`` of the train data drawn with the task's data seed. Each path is read by
+:func:`tsctl.tasks.hf_datasets.read_data` (a file, a ``save_to_disk`` folder or ``hub:<owner>/<name>:<split>``).
+Both keep row order. Every question ends with ``task.file.instruction`` on a new line (by default a request for the final
 answer in the form ``task.file.grader`` reads, :func:`instruction`). Worked solutions that do not state a
 final answer get an ``"<answer_pattern> <answer>"`` line.
 """
@@ -20,7 +22,8 @@ from tsctl.config.ranges import in_range, one_of
 from tsctl.config.schema import TaskConfig
 from tsctl.tasks.base import Problem, Split
 from tsctl.tasks.grading import GRADERS, answer_instruction, ensure_answer_line, response_reward
-from tsctl.tasks.records import ANSWER_RULES, BAD_ROW_POLICIES, DataError, Record, read_records
+from tsctl.tasks.hf_datasets import is_hub_id, parse_hub_id, read_data
+from tsctl.tasks.records import ANSWER_RULES, BAD_ROW_POLICIES, DataError, Record
 from tsctl.tasks.registry import TASKS
 
 logger = logging.getLogger(__name__)
@@ -32,7 +35,7 @@ class FileTask:
     name = "file"
 
     def __init__(self, cfg: FileTaskSettings, data_seed: int, *, on_bad_row: str = "error") -> None:
-        """Read and split the files now, so a data problem surfaces before any training starts.
+        """Read and split the data now, so a data problem surfaces before any training starts.
 
         Args:
             cfg: the ``task.file`` config.
@@ -41,7 +44,7 @@ class FileTask:
 
         Raises:
             ConfigError: settings :func:`check_config` refuses.
-            DataError: a missing file, a malformed row, or a missing field.
+            DataError: a missing file, a malformed row, a missing field, or a dataset that cannot be loaded.
         """
         check_config(cfg)
         self.cfg = cfg
@@ -70,10 +73,11 @@ class FileTask:
         return response_reward(response, problem.answer, self.answer_marker, self.cfg.grader)
 
     def _read(self, path: str, on_bad_row: str, key: str) -> list[Record]:
-        """The good rows of ``path`` (named by ``task.file.<key>``); DataError when there are none."""
+        """The good rows of ``path`` (named by ``task.file.<key>``: a file, a saved dataset or a hub dataset); DataError
+        when there are none."""
         cfg = self.cfg
         fields = {"question": cfg.question_field, "answer": cfg.answer_field, "solution": cfg.solution_field}
-        records, skipped = read_records(
+        records, skipped = read_data(
             path,
             fields,
             on_bad_row,
@@ -86,8 +90,9 @@ class FileTask:
         if skipped:
             logger.warning("%s: skipped %d malformed rows (on_bad_row=skip)", path, skipped)
         if not records:
-            what = f"all {skipped} of its rows are malformed and were skipped" if skipped else "the file is empty or blank"
-            raise DataError(f"{path} holds no problem ({what}); point task.file.{key} at a file with one JSON object per line (or Parquet rows)")
+            what = f"all {skipped} of its rows are malformed and were skipped" if skipped else "it is empty or blank"
+            raise DataError(f"{path} holds no problem ({what}); point task.file.{key} at a file with one JSON object per line "
+                            "(or Parquet rows, or a dataset with rows)")
         self.skipped += skipped
         return records
 
@@ -122,12 +127,15 @@ def instruction(cfg: FileTaskSettings) -> str:
 
 @dataclass
 class FileTaskSettings:
-    """``task.file.*``: a bring-your-own task, a JSONL or Parquet file with one problem per row."""
+    """``task.file.*``: a bring-your-own task, one problem per row of a JSONL or Parquet file or a Hugging Face dataset."""
 
     train_path: Optional[str] = None
-    """File with the training problems (questions for RL, solutions for warm-up)."""
+    """The training problems (questions for RL, solutions for warm-up): a JSONL or Parquet file, a folder written by
+    ``datasets``' ``save_to_disk`` (of a ``DatasetDict``: its split's sub-folder, ``data/gsm8k/train``), or a hub
+    dataset ``hub:<owner>/<name>:<split>`` (``hub:<owner>/<name>/<config>:<split>``). Folders and hub datasets need the
+    ``hf-datasets`` extra."""
     heldout_path: Optional[str] = None
-    """File with held-out problems; when absent, ``heldout_fraction`` of train_path is held out."""
+    """The held-out problems, in any form train_path takes; when absent, ``heldout_fraction`` of train_path is held out."""
     heldout_fraction: float = 0.1
     """Share of train_path held out when heldout_path is not given."""
     question_field: str = "question"
@@ -154,7 +162,14 @@ class FileTaskSettings:
 def check_config(cfg: FileTaskSettings) -> None:
     """Refuse ``task.file`` settings that cannot make a task, in one line naming the key."""
     if not cfg.train_path:
-        raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file: task.file.train_path=data/train.jsonl")
+        raise ConfigError("task.file.train_path", "task.name=file needs a JSONL or Parquet file, a saved dataset folder or a "
+                          "hub dataset: task.file.train_path=data/train.jsonl")
+    for key, path in (("train_path", cfg.train_path), ("heldout_path", cfg.heldout_path)):
+        if path and is_hub_id(path):
+            try:
+                parse_hub_id(path)
+            except ValueError as error:
+                raise ConfigError(f"task.file.{key}", str(error)) from None
     one_of("task.file.grader", cfg.grader, GRADERS)
     one_of("task.file.answer_rule", cfg.answer_rule, ANSWER_RULES)
     in_range("task.file.heldout_fraction", cfg.heldout_fraction, 0.0, 0.9)
