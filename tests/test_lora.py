@@ -13,10 +13,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import LoraConfig, TsctlConfig
+from tsctl.engines.base import Request, SamplingParams
+from tsctl.engines.fused_decode import FusedDecoder
+from tsctl.engines.hf import HFEngine
 from tsctl.io.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, has_adapter, save_weights
 from tsctl.models.batch import collate
 from tsctl.models.forward import Forward
 from tsctl.models.loading import ModelLoadError, load_model
+from tsctl.models.logprobs import enable_activation_checkpointing
 from tsctl.models.lora import FAMILY_TARGETS, adapter_off, adapter_state, add_adapter, load_adapter_weights, trainable_parameters
 from tsctl.models.samples import Sample
 from tsctl.models.tokenizer import build_char_tokenizer
@@ -60,6 +64,14 @@ def trained_adapter(model) -> None:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
 
 
+def adapted_model(base: str = "base-folder") -> LlamaForCausalLM:
+    """The tiny model with an adapter whose every ``B`` is random (as after training)."""
+    policy = tiny_model()
+    add_adapter(policy, SETTINGS, base, seed=0)
+    trained_adapter(policy)
+    return policy
+
+
 def test_a_new_adapter_is_the_base_model_and_draws_from_its_own_seed_only():
     base = tiny_model()
     rows = batch()
@@ -82,9 +94,7 @@ def test_a_new_adapter_is_the_base_model_and_draws_from_its_own_seed_only():
 def test_the_adapter_off_is_the_base_and_on_again_afterwards():
     rows = batch()
     base = logprobs(tiny_model(), rows)
-    policy = tiny_model()
-    add_adapter(policy, SETTINGS, "base-folder", seed=0)
-    trained_adapter(policy)
+    policy = adapted_model()
     adapted = logprobs(policy, rows)
     assert (adapted - base).abs().max() > 1e-2
     with adapter_off(policy):
@@ -99,9 +109,7 @@ def test_the_saved_adapter_loads_merged_with_the_adapters_log_probs(tmp_path, pa
     base = tiny_model()
     base.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
-    policy = tiny_model()
-    add_adapter(policy, SETTINGS, str(tmp_path / "base"), seed=0)
-    trained_adapter(policy)
+    policy = adapted_model(str(tmp_path / "base"))
     save_weights(policy, tmp_path / "adapter")
     assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == [ADAPTER_CONFIG, ADAPTER_WEIGHTS]
     assert json.loads((tmp_path / "adapter" / ADAPTER_CONFIG).read_text())["base_model_name_or_path"] == str(tmp_path / "base")
@@ -136,9 +144,7 @@ def test_the_update_steps_the_adapter_only_and_the_kl_reference_is_the_base():
     cfg = TsctlConfig()
     cfg.engine.temperature = 1.0
     cfg.trainer.lr, cfg.trainer.max_grad_norm, cfg.algo.kl_coef = 1e-2, 0.0, 0.1
-    policy = tiny_model()
-    add_adapter(policy, SETTINGS, "base-folder", seed=0)
-    trained_adapter(policy)
+    policy = adapted_model()
     base = {k: v.clone() for k, v in policy.state_dict().items() if ".lora_" not in k}
     lora = adapter_state(policy)
     optimizer, scheduler = make_optimizer(cfg, policy)
@@ -189,3 +195,43 @@ def test_target_modules_that_match_nothing_are_refused_naming_the_key():
     with pytest.raises(ConfigError) as err:
         add_adapter(tiny_model(), LoraConfig(rank=2, target_modules=["qkv"]), "base-folder", seed=0)
     assert err.value.key == "model.lora.target_modules" and "\n" not in str(err.value)
+
+
+def test_the_hf_engine_decodes_a_lora_policy_through_the_fused_step_with_the_adapters_log_probs(monkeypatch):
+    policy = adapted_model()
+    assert FusedDecoder.for_model(policy) is not None
+    calls = []
+    step = FusedDecoder.step
+    monkeypatch.setattr(FusedDecoder, "step", lambda self, *args: calls.append(1) or step(self, *args))
+    requests = [Request([5, 9, 11]), Request([7, 3, 8, 21], (4, 6))]
+    completions = HFEngine(policy, 2, 0).generate(requests, SamplingParams(temperature=1.0, max_new_tokens=6, seed=3))
+    assert calls
+    for request, completion in zip(requests, completions):
+        context = list(request.prompt_ids) + list(request.prefix_ids)
+        with torch.no_grad():
+            logits = policy(torch.tensor([context + completion.token_ids])).logits[0, len(context) - 1 : -1]
+            with adapter_off(policy):
+                base = policy(torch.tensor([context + completion.token_ids])).logits[0, len(context) - 1 : -1]
+        expected = logits.log_softmax(-1).gather(1, torch.tensor(completion.token_ids)[:, None]).squeeze(1)
+        unadapted = base.log_softmax(-1).gather(1, torch.tensor(completion.token_ids)[:, None]).squeeze(1)
+        torch.testing.assert_close(torch.tensor(completion.logprobs), expected, atol=1e-4, rtol=0)
+        assert (unadapted - expected).abs().max() > 1e-2  # the adapter's weights were applied, not the base's alone
+
+
+def test_activation_checkpointing_trains_the_adapter_as_without_it():
+    cfg = TsctlConfig()
+    cfg.engine.temperature = 1.0
+    cfg.trainer.lr, cfg.trainer.max_grad_norm = 1e-2, 0.0
+    adapters = []
+    for checkpointing in (False, True):
+        policy = adapted_model()
+        if checkpointing:
+            enable_activation_checkpointing(policy)
+        optimizer, scheduler = make_optimizer(cfg, policy)
+        rows = batch()
+        update(update_context(cfg, policy, optimizer, scheduler), rows, logprobs(policy, rows))
+        adapters.append(adapter_state(policy))
+    plain, checkpointed = adapters
+    assert any(not torch.equal(v, adapter_state(adapted_model())[k]) for k, v in plain.items())  # it trained
+    for key, value in plain.items():
+        torch.testing.assert_close(checkpointed[key], value, atol=1e-6, rtol=0)
