@@ -220,7 +220,7 @@ def peak_memory_gib(device: str) -> float:
 
 def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work: Path, started: float, policy=None) -> dict[str, Any]:
     """Train ``cfg.trainer.steps`` steps with tsctl's train step; return what the JSON reports."""
-    model, tokenizer = policy if policy is not None else load_trainable(cfg, cfg.model.path)
+    model, tokenizer = policy if policy is not None else load_trainable(cfg, cfg.model.path, cfg.model.path)
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
     task = CoinTask(build_task(cfg.task))
     problems = list(task.problems("train"))

@@ -14,9 +14,12 @@ as the model's own modules (hooks on the LM head apply).
 It supports decoder-only models whose blocks are exactly RMSNorm, attention with q/k/v/o
 projections (with or without biases) and rotary embeddings, RMSNorm, and a SiLU-gated MLP, every
 layer attending to the full context: ``llama``, ``mistral`` and ``qwen2`` configurations without a
-sliding window, built of plain ``nn.Linear``/``nn.Embedding`` modules with no hooks (an adapter
-such as LoRA, or a hook that changes activations, would be bypassed). :meth:`FusedDecoder.for_model`
-returns None for any other model, and the engine falls back to the model's forward.
+sliding window, built of plain ``nn.Linear``/``nn.Embedding`` modules with no hooks (a hook that changes
+activations, or another module wrapping a projection, would be bypassed). A projection carrying a peft
+LoRA adapter (``model.lora``) is computed from its merged weight ``W + (alpha / rank) B A`` (peft's own
+``get_delta_weight``), as the model with the adapter merged would; one with its adapter switched off, from
+``W``. :meth:`FusedDecoder.for_model` returns None for any other model, and the engine falls back to the
+model's forward.
 
 The fused weights are copies: build a decoder for each ``generate`` call, after the weights last
 changed.
@@ -91,26 +94,26 @@ class FusedDecoder:
             if any(hasattr(attention, name) for name in ("q_norm", "k_norm")):
                 return None
             linears = [getattr(attention, f"{n}_proj") for n in "qkvo"] + [getattr(mlp, f"{n}_proj") for n in ("gate", "up", "down")]
-            if any(type(m) is not torch.nn.Linear for m in linears):
+            if any(type(m) is not torch.nn.Linear and not _lora_linear(m) for m in linears):
                 return None
         return FusedDecoder(model)
 
     @staticmethod
     def _block(layer: torch.nn.Module) -> _Block:
         attention, mlp = layer.self_attn, layer.mlp
-        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+        projections = [_plain(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj)]
         biases = [p.bias for p in projections]
         return _Block(
             input_norm=layer.input_layernorm.weight,
-            qkv=torch.cat([p.weight for p in projections]),
+            qkv=torch.cat([_weight(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj)]),
             qkv_bias=None if all(b is None for b in biases) else torch.cat(
                 [b if b is not None else p.weight.new_zeros(p.out_features) for p, b in zip(projections, biases)]
             ),
-            out=attention.o_proj.weight,
-            out_bias=attention.o_proj.bias,
+            out=_weight(attention.o_proj),
+            out_bias=_plain(attention.o_proj).bias,
             post_norm=layer.post_attention_layernorm.weight,
-            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-            down=mlp.down_proj.weight,
+            gate_up=torch.cat([_weight(mlp.gate_proj), _weight(mlp.up_proj)]),
+            down=_weight(mlp.down_proj),
         )
 
     def _norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -164,6 +167,33 @@ def _hooked(module: torch.nn.Module) -> bool:
     if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
         return True
     return any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in module.modules())
+
+
+def _lora_linear(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a peft LoRA layer over a plain ``nn.Linear`` whose weight :func:`_weight` can merge: no
+    weight merged into the base already, no DoRA magnitude, no bias of its own."""
+    base = getattr(module, "base_layer", None)
+    if type(base) is not torch.nn.Linear or not hasattr(module, "get_delta_weight") or getattr(module, "merged", True):
+        return False
+    if any(getattr(module, "use_dora", {}).values()) or any(getattr(module, "lora_bias", {}).values()):
+        return False
+    return all(name in module.lora_A for name in module.active_adapters)
+
+
+def _plain(module: torch.nn.Module) -> torch.nn.Linear:
+    """The ``nn.Linear`` itself, or the base layer of a LoRA layer."""
+    return module.base_layer if _lora_linear(module) else module
+
+
+def _weight(module: torch.nn.Module) -> torch.Tensor:
+    """The weight [out, in] ``module`` applies: its own, or a LoRA layer's base weight plus each active adapter's
+    ``(alpha / rank) B A`` (the base weight alone while its adapters are switched off)."""
+    if not _lora_linear(module):
+        return module.weight
+    weight = module.base_layer.weight
+    if module.disable_adapters:
+        return weight
+    return weight + sum(module.get_delta_weight(name) for name in module.active_adapters)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

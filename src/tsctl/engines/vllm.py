@@ -57,6 +57,7 @@ from tsctl.config.errors import ConfigError
 from tsctl.config.rng import rank_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import World, before_leaving, current, from_env
+from tsctl.io.adapters import is_adapter_folder
 from tsctl.engines import vllm_logs, vllm_platform, vllm_sizing, vllm_weights
 from tsctl.engines.base import Completion, Demand, Request, SamplingParams
 from tsctl.engines.registry import ENGINES, EngineBuild
@@ -284,7 +285,10 @@ def torchrun_settings(tensor_parallel_size: int, world: World) -> dict[str, Any]
 
 
 def _check(cfg: TsctlConfig, settings: VllmSettings) -> None:
-    """What ``engine=vllm`` refuses at composition: a context too short for a response, tensor parallelism under torchrun."""
+    """What ``engine=vllm`` refuses at composition: a context too short for a response, tensor parallelism under torchrun,
+    a LoRA policy (``model.lora``: this engine loads whole weights, not adapters)."""
+    if cfg.model.lora.rank > 0:
+        raise ConfigError("engine", "engine=vllm does not serve LoRA adapters yet (it syncs whole weights); use engine=hf with model.lora, or model.lora.rank=0")
     if settings.max_model_len is not None and settings.max_model_len <= cfg.engine.max_new_tokens:
         raise ConfigError("engine.vllm.max_model_len", f"{settings.max_model_len} must exceed engine.max_new_tokens={cfg.engine.max_new_tokens} (prompts need room too)")
     try:
@@ -300,6 +304,8 @@ def build(build: EngineBuild) -> VLLMEngine:
     vllm_platform.check_runs_here(cfg, settings)
     if build.model_path is None:
         raise ValueError("the vllm engine loads the model from a folder: pass model_path (a save_pretrained folder)")
+    if is_adapter_folder(build.model_path):
+        raise ConfigError("engine", f"engine=vllm loads whole model folders and {build.model_path} is a LoRA adapter; use engine=hf to sample from it")
     dtype = vllm_platform.dtype(settings)
     size = vllm_sizing.size(cfg, settings.max_model_len, model, dtype, build.demand() if build.demand else Demand(), vllm_platform.free_memory())
     log = vllm_logs.open_log(build.log_dir or Path(tempfile.gettempdir()), tied_head=bool(getattr(model.config, "tie_word_embeddings", False)))

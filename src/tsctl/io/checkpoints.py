@@ -1,4 +1,5 @@
-"""Checkpoints ``checkpoints/step-N/``: an HF model folder plus ``trainer_state.pt``.
+"""Checkpoints ``checkpoints/step-N/``: an HF model folder (with ``model.lora``, the adapter's folder:
+:mod:`tsctl.io.adapters`) plus ``trainer_state.pt``.
 
 The trainer state holds the optimiser, scheduler and RNG states and the step, so a resumed run
 continues bit for bit. A checkpoint is written into a temp folder and renamed when complete, so a
@@ -21,6 +22,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tsctl.io import atomic, faults
+from tsctl.io.adapters import holds_weights, save_weights
 
 STATE_FILE = "trainer_state.pt"
 
@@ -50,10 +52,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(folder: Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: dict[str, Any]) -> Path:
-    """Write ``folder/step-<step>`` atomically; ``state`` holds optimiser/scheduler/RNG/extra state."""
+    """Write ``folder/step-<step>`` atomically: the weights (an adapter alone where the model carries one), the
+    tokenizer and ``state`` (optimiser/scheduler/RNG/extra state)."""
     final = checkpoint_path(folder, step)
     with atomic.staged_dir(final) as tmp:
-        model.save_pretrained(tmp)
+        save_weights(model, tmp)
         tokenizer.save_pretrained(tmp)
         faults.hit("checkpoint-partial")
         with open(tmp / STATE_FILE, "wb") as handle:  # a file object: a full disk raises OSError(ENOSPC), not "unexpected pos"
@@ -71,7 +74,7 @@ def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
     found = []
     for path in folder.glob("step-*") if folder.is_dir() else []:
         step = step_of(path)
-        if step is not None and (path / STATE_FILE).is_file() and (path / "config.json").is_file():
+        if step is not None and (path / STATE_FILE).is_file() and holds_weights(path):
             found.append((step, path))
     return sorted(found)
 

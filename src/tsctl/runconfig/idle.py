@@ -26,6 +26,8 @@ set by a group or preset file on purpose):
 - ``algo.rollout_correction``: ``algo.rollout_correction_cap`` with ``none``: refused.
 - ``algo.kl_coef``: ``algo.ref_placement`` at 0 (no reference model is loaded): refused.
 - ``trainer.nonfinite``: ``trainer.max_nonfinite_skips`` with ``stop``: refused.
+- ``model.lora.rank``: ``model.lora.alpha``/``dropout``/``target_modules`` at rank 0 (no adapter), and
+  ``algo.ref_placement`` with an adapter (the reference is the policy with its adapter off, nothing to place): refused.
 - Left: another engine's settings block (``engine.vllm.*`` with ``engine=hf``; ``--cfg job`` names them as unread) and
   ``model.tiny``/``model.warmup`` with another ``model.path`` (presets set them and a user may switch the
   engine or model on top); another task's settings block ``task.<name>.*`` (each task's group file sets its own); the
@@ -49,13 +51,14 @@ from tsctl.algo.losses import POLICY_LOSSES
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
+from tsctl.config.schema.model import LoraConfig
 from tsctl.config.schema.rl import AlgoConfig, SeedsConfig
 from tsctl.config.schema.trainer import TrainerConfig
 from tsctl.seeds.selectors import SELECTORS
 from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import STRATEGIES
 
-_SEEDS, _ALGO, _TRAINER, _TOP = SeedsConfig(), AlgoConfig(), TrainerConfig(), TsctlConfig()
+_SEEDS, _ALGO, _TRAINER, _TOP, _LORA = SeedsConfig(), AlgoConfig(), TrainerConfig(), TsctlConfig(), LoraConfig()
 
 ALGO_ENTRIES = (POLICY_LOSSES, AGGREGATIONS, ADVANTAGES)
 """The registries whose entries read ``algo.*`` keys and keep settings blocks in ``algo``, all refused when idle."""
@@ -75,6 +78,7 @@ def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
     for registry in ALGO_ENTRIES:
         found += _entry_keys(cfg.algo, registry)
     found += _algo_and_trainer(cfg)
+    found += _lora(cfg)
     return [ConfigError(key, f"{_value(cfg, key)!r} cannot take effect: {why}; {fix}") for key, why, fix in found]
 
 
@@ -167,3 +171,14 @@ def _algo_and_trainer(cfg: TsctlConfig) -> list[Idle]:
     if tr.nonfinite == "stop" and _changed(tr, _TRAINER, "max_nonfinite_skips"):
         found.append(("trainer.max_nonfinite_skips", "trainer.nonfinite=stop skips nothing", "set trainer.nonfinite=skip or drop it"))
     return found
+
+
+def _lora(cfg: TsctlConfig) -> list[Idle]:
+    """``model.lora.*`` without an adapter, and the reference's place with one."""
+    lora = cfg.model.lora
+    if lora.rank == 0:
+        keys = [f"model.lora.{key}" for key in ("alpha", "dropout", "target_modules") if _changed(lora, _LORA, key)]
+        return [(key, "model.lora.rank=0 trains every weight, no adapter", "set model.lora.rank > 0 (e.g. model.lora.rank=8) or drop it") for key in keys]
+    if _changed(cfg.algo, _ALGO, "ref_placement"):
+        return [("algo.ref_placement", "with model.lora the KL reference is the policy with its adapter switched off, no copy to place", "drop it")]
+    return []

@@ -19,6 +19,7 @@ this; when that checkpoint is gone anyway, the error says what to do.
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -30,10 +31,12 @@ from tsctl.config.rng import Stream, rank_seed, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import all_gather_objects, barrier, current
 from tsctl.engines.base import Engine
+from tsctl.io.adapters import has_adapter
 from tsctl.io.checkpoints import checkpoint_path, list_checkpoints, rng_state, set_rng_state
 from tsctl.io.progress import console
 from tsctl.io.shards import ShardError, checksum_path, read_shard, write_shard
 from tsctl.models.loading import load_model
+from tsctl.models.lora import adapter_state, load_adapter_weights, set_adapter_state
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.seeds.base import Seed, seeded_count, seeds_from_table, window
@@ -188,19 +191,30 @@ class SeedBank:
 def _weights_of(source: str, model: PreTrainedModel, engine: Engine, cfg: TsctlConfig) -> Iterator[None]:
     """Give ``model`` and ``engine`` the weights saved at ``source`` for the block, then the current ones back, bit for bit.
 
-    The global RNG states are restored too, so the resumed run goes on as if nothing had been generated.
+    The global RNG states are restored too, so the resumed run goes on as if nothing had been generated. A policy
+    carrying an adapter (``model.lora``) swaps its adapter only: ``source`` is then an adapter folder.
     """
-    own = {k: v.detach().clone() for k, v in model.state_dict().items()}
     rng = rng_state()
-    behaviour = load_model(source, cfg.model.dtype, cfg.model.device)[0]
-    with torch.no_grad():
-        model.load_state_dict(behaviour.state_dict())
-    del behaviour
+    if has_adapter(model):
+        own_adapter = adapter_state(model)
+        load_adapter_weights(model, source)
+        restore = functools.partial(set_adapter_state, model, own_adapter)
+    else:
+        own = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        behaviour = load_model(source, cfg.model.dtype, cfg.model.device)[0]
+        with torch.no_grad():
+            model.load_state_dict(behaviour.state_dict())
+        del behaviour
+        restore = functools.partial(_load_state, model, own)
     engine.load_weights(model.state_dict())
     try:
         yield
     finally:
-        with torch.no_grad():
-            model.load_state_dict(own)
+        restore()
         engine.load_weights(model.state_dict())
         set_rng_state(rng)
+
+
+def _load_state(model: PreTrainedModel, state: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        model.load_state_dict(state)

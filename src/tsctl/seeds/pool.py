@@ -1,7 +1,8 @@
 """The behaviour pool: the last ``seeds.pool_size`` snapshots of the policy, on disk, one per refresh window.
 
 When a refresh window opens at step ``w`` the current weights are saved as ``seeds/pool/step-<w>/``
-(an HF ``save_pretrained`` folder with the tokenizer, plus ``snapshot.json``: the step and, for a
+(an HF ``save_pretrained`` folder, or with ``model.lora`` the adapter's folder of a few MB (:mod:`tsctl.io.adapters`),
+with the tokenizer, plus ``snapshot.json``: the step and, for a
 selector declaring ``probes`` such as ``max_entropy``, the snapshot's probe surprisal), then all but the newest ``pool_size``
 snapshots are deleted. A snapshot is written into a temp folder renamed when complete, so a killed
 process never leaves one that :meth:`BehaviourPool.snapshots` would list.
@@ -31,6 +32,7 @@ from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
 from tsctl.io import atomic
+from tsctl.io.adapters import holds_weights, save_weights
 from tsctl.io.checkpoints import step_of
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem
@@ -44,7 +46,7 @@ class Snapshot:
 
     Attributes:
         step: the training step whose starting weights it holds.
-        path: its HF model folder.
+        path: its HF model folder, or its adapter folder.
         surprisal: mean per-token surprisal of its probe responses (None when not measured).
     """
 
@@ -69,7 +71,7 @@ class BehaviourPool:
         found = []
         for path in self.folder.glob("step-*") if self.folder.is_dir() else []:
             step = step_of(path)
-            if step is not None and (path / SNAPSHOT_FILE).is_file() and (path / "config.json").is_file():
+            if step is not None and (path / SNAPSHOT_FILE).is_file() and holds_weights(path):
                 meta = json.loads((path / SNAPSHOT_FILE).read_text())
                 found.append(Snapshot(step, path, meta.get("surprisal")))
         return sorted(found, key=lambda s: -s.step)
@@ -79,7 +81,7 @@ class BehaviourPool:
         final = self.path(step)
         if not (final / SNAPSHOT_FILE).is_file():
             with atomic.staged_dir(final) as tmp:
-                model.save_pretrained(tmp)
+                save_weights(model, tmp)
                 tokenizer.save_pretrained(tmp)
                 atomic.write_json(tmp / SNAPSHOT_FILE, {"step": step, "surprisal": surprisal})
         self.prune()

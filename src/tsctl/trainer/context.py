@@ -35,7 +35,8 @@ class StepContext:
         optimizer: AdamW over the model's parameters.
         scheduler: its learning-rate schedule (one step per optimiser step).
         seeds: the run's seed bank (Thinking Seeds runs only), else None.
-        ref_model: the frozen KL reference (``algo.kl_coef > 0``), else None.
+        ref_model: the frozen KL reference (``algo.kl_coef > 0``; with ``model.lora`` the policy itself, its adapter
+            switched off for the reference's forward), else None.
         guard: the run's non-finite guard (its skip count persists across steps); None: a fresh one per
             step, per ``trainer.nonfinite``.
         rollouts_dir: where each step's samples are written (``trainer.save_rollouts``), else None.

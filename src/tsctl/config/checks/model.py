@@ -28,3 +28,19 @@ def check(cfg: TsctlConfig) -> None:
     positive("model.warmup.lr", m.warmup.lr)
     non_negative("model.warmup.weight_decay", m.warmup.weight_decay)
     non_negative("model.warmup.eval_problems", m.warmup.eval_problems)
+    _lora(cfg)
+
+
+def _lora(cfg: TsctlConfig) -> None:
+    """``model.lora.*``: a rank of 0 (off) or more, a positive scale, a dropout below 1, target names that are names."""
+    lora = cfg.model.lora
+    non_negative("model.lora.rank", lora.rank)
+    positive("model.lora.alpha", lora.alpha)
+    if not 0 <= lora.dropout < 1:
+        raise ConfigError("model.lora.dropout", f"{lora.dropout} is out of range; allowed: 0 <= model.lora.dropout < 1, e.g. model.lora.dropout=0.05")
+    targets = lora.target_modules
+    if targets is not None and (not targets or any(not name or "." in name or "*" in name for name in targets)):
+        raise ConfigError(
+            "model.lora.target_modules", f"{list(targets)} must list module names such as q_proj (no dots, no patterns), "
+            "or be null for the model family's attention and MLP projections, e.g. model.lora.target_modules=[q_proj,v_proj]"
+        )

@@ -16,14 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tsctl.config.schema.model import ModelConfig, TinyModelConfig, WarmupConfig
+from tsctl.config.schema.model import LoraConfig, ModelConfig, TinyModelConfig, WarmupConfig
 from tsctl.config.schema.outputs import EvalConfig, LoggerConfig, ReportConfig, ShardsConfig
 from tsctl.config.schema.rl import AlgoConfig, EngineConfig, SeedsConfig
 from tsctl.config.schema.task import TaskConfig
 from tsctl.config.schema.trainer import TrainerConfig
 
 __all__ = [
-    "AlgoConfig", "EngineConfig", "EvalConfig", "LoggerConfig", "ModelConfig", "ReportConfig", "SeedsConfig", "ShardsConfig",
+    "AlgoConfig", "EngineConfig", "EvalConfig", "LoggerConfig", "LoraConfig", "ModelConfig", "ReportConfig", "SeedsConfig", "ShardsConfig",
     "TaskConfig", "TinyModelConfig", "TrainerConfig", "TsctlConfig", "WarmupConfig",
 ]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import List, Optional
 
 
 @dataclass
@@ -41,6 +41,28 @@ class WarmupConfig:
 
 
 @dataclass
+class LoraConfig:
+    """Low-rank adapters (LoRA, through ``peft``; ``pip install -e ".[lora]"``): train ``B A`` beside each target
+    projection ``W`` (output ``W x + (alpha / rank) B A x``) and leave the base weights frozen.
+
+    Off at ``rank=0``. With it on, the optimiser steps the adapter only, checkpoints and behaviour snapshots hold the
+    adapter only (peft's folder: ``adapter_config.json`` naming the base model, ``adapter_model.safetensors``), and the
+    KL reference is the base model: the policy with its adapter switched off, no second copy."""
+
+    rank: int = 0
+    """Rank ``r`` of each adapter; 0 trains every weight of the model (no adapter)."""
+    alpha: float = 16.0
+    """Scale numerator: the adapter's output is multiplied by ``alpha / rank``."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input during the update's forward (0 <= dropout < 1); no forward without grad applies it."""
+    target_modules: Optional[List[str]] = None
+    """Names of the linear layers that get an adapter (the last part of the module name, e.g. ``[q_proj, v_proj]``);
+    null: the model family's attention and MLP projections (``llama``, ``mistral``, ``qwen2``, ``qwen3``: q/k/v/o and
+    gate/up/down; ``phi3``: qkv/o and gate_up/down; ``gpt2``: c_attn, c_proj, c_fc), and every linear layer but the
+    LM head for any other family."""
+
+
+@dataclass
 class ModelConfig:
     """Which causal LM to train, and how to load it."""
 
@@ -64,3 +86,5 @@ class ModelConfig:
     """Architecture of the built-in model."""
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     """How the built-in model is warmed up before RL."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Train low-rank adapters instead of every weight (off by default: ``model.lora.rank=0``)."""
