@@ -55,7 +55,7 @@ from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, no_warmup_lines, untested, warmup_point  # noqa: E402  (this script's own folder)
-from results_scoring import score_trajectory, score_warmup  # noqa: E402
+from results_scoring import WARMUP, score_trajectory, score_warmup  # noqa: E402
 from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -532,7 +532,8 @@ def readme_block(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, li
         found = next((d for d in quotes.get(q.section, []) if (d["setting"], d["baseline"], d["metric"]) == (q.setting, q.baseline, q.metric)), None)
         compared = f"{q.setting} vs {q.baseline}, {header(q.metric)}"
         if found is None:
-            rows.append([q.question, q.regime, compared, "pending: no records yet", "–", "–", "–"])
+            missing = "no warm-up row (its section says why)" if q.baseline == WARMUP and quotes.get(q.section) else "pending: no records yet"
+            rows.append([q.question, q.regime, compared, missing, "–", "–", "–"])
             continue
         means = f"{compared}: {found['setting_mean']:.3f} vs {found['baseline_mean']:.3f} ({seeds_text(found['seeds'])})"
         if math.isnan(found["p_holm"]):  # too few paired runs for an interval or a test: no verdict yet

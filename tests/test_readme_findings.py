@@ -61,3 +61,14 @@ def test_a_comparison_of_one_seed_so_far_is_quoted_untested_without_a_p_value(re
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2].endswith(": 0.500 vs 0.400 (1 seed)") and cells[3] == "+0.100 (no interval)"
     assert cells[4:6] == ["– (primary, Holm over 9)", "untested: 1 seed so far"] and "nan" not in row
+
+
+def test_a_comparison_with_a_warm_up_that_has_no_record_says_so_and_a_section_without_records_is_pending(results):  # noqa: F811
+    against_warmup = next(q for q in results.README_QUOTES if q.baseline == "warm-up")
+    other = {"setting": "x", "baseline": "y", "metric": "pass@8"}  # a row of the section: it has records
+    block = results.readme_block({against_warmup.section: [other]}, []).splitlines()
+    row = next(line for line in block if line.startswith(f"| {against_warmup.question} | {against_warmup.regime} | {against_warmup.setting} vs warm-up"))
+    assert "| no warm-up row (its section says why) | – | – | – |" in row
+    empty = results.readme_block({}, []).splitlines()
+    row = next(line for line in empty if line.startswith(f"| {against_warmup.question} | {against_warmup.regime} | {against_warmup.setting} vs warm-up"))
+    assert "| pending: no records yet | – | – | – |" in row
