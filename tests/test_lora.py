@@ -16,7 +16,8 @@ from tsctl.config.schema import LoraConfig, TsctlConfig
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.fused_decode import FusedDecoder
 from tsctl.engines.hf import HFEngine
-from tsctl.io.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, has_adapter, save_weights
+from tsctl.engines.vllm_lora import vllm_rank
+from tsctl.io.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_file_tensors, has_adapter, save_weights
 from tsctl.models.batch import collate
 from tsctl.models.forward import Forward
 from tsctl.models.loading import ModelLoadError, load_model
@@ -185,10 +186,27 @@ def test_lora_settings_that_cannot_take_effect_are_refused(overrides, key):
     assert err.value.key == key and "cannot take effect" in str(err.value)
 
 
-def test_the_vllm_engine_refuses_a_lora_policy_in_one_line():
-    with pytest.raises(ConfigError, match="engine=vllm does not serve LoRA adapters") as err:
-        compose_config(["model.lora.rank=8", "engine=vllm"])
-    assert "\n" not in str(err.value)
+def test_the_vllm_engine_takes_a_lora_policy_up_to_vllms_largest_rank_and_refuses_a_larger_one_in_one_line():
+    assert compose_config(["model.lora.rank=512", "engine=vllm"]).cfg.model.lora.rank == 512
+    with pytest.raises(ConfigError) as err:
+        compose_config(["model.lora.rank=513", "engine=vllm"])
+    assert err.value.key == "model.lora.rank" and "largest LoRA rank vLLM serves (512)" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("rank", "served"), [(1, 1), (2, 8), (8, 8), (9, 16), (300, 320), (512, 512)])
+def test_vllm_serves_an_adapter_in_the_smallest_of_its_ranks_that_holds_it(rank, served):
+    assert vllm_rank(rank) == served
+
+
+def test_a_models_state_dict_gives_the_adapter_files_tensors_under_the_files_keys(tmp_path):
+    model = tiny_model()
+    add_adapter(model, SETTINGS, "base-folder", seed=0)
+    trained_adapter(model)
+    save_weights(model, tmp_path)
+    saved = load_file(str(tmp_path / ADAPTER_WEIGHTS))
+    tensors = adapter_file_tensors(model.state_dict())
+    assert tensors.keys() == saved.keys() and len(saved) == 2 * 7 * 2  # lora_A and lora_B of 7 projections in 2 layers
+    assert all(torch.equal(tensors[k], saved[k]) for k in saved)
 
 
 def test_target_modules_that_match_nothing_are_refused_naming_the_key():

@@ -17,6 +17,7 @@ from tsctl.models.forward import Forward
 from tsctl.models.loading import load_model
 from tsctl.models.lora import add_adapter, load_adapter_weights
 from tsctl.models.samples import Sample
+from tsctl.config.schema import TsctlConfig
 from tsctl.runconfig import compose_config
 
 pytestmark = pytest.mark.slow
@@ -30,19 +31,19 @@ def base_of(run: Path) -> str:
     return json.loads((run / "manifest.json").read_text())["base_model"]["path"]
 
 
-def adapted(base: str, adapter: Path) -> torch.nn.Module:
-    """The trainer's form of a saved adapter: the base model with the adapter injected (not merged)."""
+def adapted(base: str, adapter: Path, cfg: TsctlConfig = CFG) -> torch.nn.Module:
+    """The trainer's form of a saved adapter (``cfg.model.lora``): the base model with the adapter injected (not merged)."""
     model = load_model(base, device="cpu")[0].eval()
-    add_adapter(model, CFG.model.lora, base, seed=0)
+    add_adapter(model, cfg.model.lora, base, seed=0)
     load_adapter_weights(model, adapter)
     return model
 
 
-def teacher_forced(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]]) -> torch.Tensor:
-    """Log-probs [B, T] of ``responses`` after ``prompts`` under ``model`` at the run's sampling temperature."""
+def teacher_forced(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], cfg: TsctlConfig = CFG) -> torch.Tensor:
+    """Log-probs [B, T] of ``responses`` after ``prompts`` under ``model`` with the forward settings of the run ``cfg``."""
     samples = [Sample(group=i, prompt_id=str(i), prompt_ids=p, generated_ids=r, generated_logprobs=[0.0] * len(r), finished=True)
                for i, (p, r) in enumerate(zip(prompts, responses))]
-    return Forward.of(CFG).recompute(model, collate(samples, torch.zeros(len(samples)), 0, "cpu"), entropy=False)[0]
+    return Forward.of(cfg).recompute(model, collate(samples, torch.zeros(len(samples)), 0, "cpu"), entropy=False)[0]
 
 
 def padded(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -102,19 +103,28 @@ def test_a_pool_of_three_adapter_snapshots_writes_seeds_whose_pi_b_is_each_snaps
     base_bytes = (Path(base_of(run)) / "model.safetensors").stat().st_size
     for folder in snapshots.values():
         assert not (folder / "model.safetensors").exists() and (folder / ADAPTER_WEIGHTS).stat().st_size < base_bytes / 5
-    models = {int(name.split("-")[1]): adapted(base_of(run), folder) for name, folder in snapshots.items()}
+    checked = check_pool_seeds(run, CFG)
+    assert len({step for _, step in checked}) >= 2  # older snapshots wrote seeds too, not only the live weights
+
+
+def check_pool_seeds(run: Path, cfg: TsctlConfig, gap: float = 1e-4) -> set[tuple[int, int]]:
+    """Check that the seeds of windows 2 and 3 of the pool run ``run`` (``refresh=1``, ``seeds.pool_size=3``, 4 steps: the
+    windows whose every arm's snapshot is still in the pool) have as pi_b the log-probs of the snapshot that wrote them,
+    within ``gap``, and not another's; the (window, snapshot step) pairs checked."""
+    snapshots = {int(p.name.split("-")[1]): p for p in sorted((run / "seeds" / "pool").glob("step-*"))}
+    models = {step: adapted(base_of(run), folder, cfg) for step, folder in snapshots.items()}
     checked = set()
-    for window in (2, 3):  # the windows whose every arm's snapshot is still in the pool (0 was pruned)
+    for window in (2, 3):
         shard = pq.read_table(run / "seeds" / f"step-{window:06d}.parquet").to_pydict()
         for step, model in models.items():
             rows = [i for i, c in enumerate(shard["checkpoint"]) if c == f"step-{step}"]
             if not rows:
                 continue
-            checked.add(step)
+            checked.add((window, step))
             responses = [shard["response_ids"][i] for i in rows]
             prompts = [shard["prompt_ids"][i] for i in rows]
             stored = padded([shard["logprobs"][i] for i in rows], max(map(len, responses)))
-            assert (stored - teacher_forced(model, prompts, responses)).abs().max() < 1e-4, (window, step)
+            assert (stored - teacher_forced(model, prompts, responses, cfg)).abs().max() < gap, (window, step)
             other = models[min(models, key=lambda s: (s == step, abs(s - step)))]  # another snapshot gives other numbers
-            assert (stored - teacher_forced(other, prompts, responses)).abs().max() > 1e-3, (window, step)
-    assert len(checked) >= 2  # older snapshots wrote seeds too, not only the live weights
+            assert (stored - teacher_forced(other, prompts, responses, cfg)).abs().max() > 1e-3, (window, step)
+    return checked

@@ -44,15 +44,21 @@ def test_train_samples_with_vllm_at_the_trainers_log_probs(trained):
     assert manifest["status"] == "completed"
 
 
-def test_eval_of_every_checkpoint_with_vllm_matches_the_hf_engines_greedy_accuracy(trained):
-    run, base = trained
+def greedy_accuracy_by_engine(run: Path, base: list[str]) -> dict[str, dict[int, float]]:
+    """``tsctl eval`` of every checkpoint of ``run`` (``base``: its micro overrides) with the ``hf`` engine, then with
+    vLLM: each engine's held-out greedy accuracy by checkpoint step."""
     common = [*base, "eval.k=2", "eval.pass_k=[1,2]", "eval.limit=40", f"eval.checkpoint={run}", "eval.step=all"]
-    accuracy = {}
+    accuracy: dict[str, dict[int, float]] = {}
     for engine in (["engine=hf"], VLLM):
         tsctl("eval", *common, *engine, "eval.overwrite=true")
         for folder in sorted((run / "eval").iterdir()):
             result = json.loads((folder / "heldout.json").read_text())
             accuracy.setdefault(engine[0], {})[result["step"]] = result["greedy_accuracy"]
+    return accuracy
+
+
+def test_eval_of_every_checkpoint_with_vllm_matches_the_hf_engines_greedy_accuracy(trained):
+    accuracy = greedy_accuracy_by_engine(*trained)
     assert sorted(accuracy["engine=hf"]) == [2, 3]
     assert accuracy["engine=vllm"] == accuracy["engine=hf"]
 

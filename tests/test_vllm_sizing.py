@@ -119,4 +119,14 @@ def test_a_runs_requests_are_its_largest_generate_call(overrides, world, request
     formatter = PromptFormatter(qwen_like_tokenizer(), True)
     demand = train_demand(cfg, task, formatter, world)
     longest = max(len(formatter.prompt_ids(p.question)) for split in ("train", "heldout") for p in task.problems(split))
-    assert demand == Demand(context=longest + cfg.engine.max_new_tokens + int(cfg.ratio > 0), requests=requests)
+    assert (demand.context, demand.requests) == (longest + cfg.engine.max_new_tokens + int(cfg.ratio > 0), requests)
+
+
+@pytest.mark.parametrize("overrides, adapters", [
+    ([], 1),                                                                 # the policy's adapter alone
+    (["ratio=25", "refresh=2"], 1),                                          # seeds from the live weights: no pool
+    (["ratio=25", "refresh=2", "seeds.selector=uniform", "seeds.pool_size=3"], 1 + 3),  # the policy's and the pool's
+])
+def test_a_runs_adapters_are_the_policys_and_its_behaviour_pools(overrides, adapters):
+    cfg = compose_config(["model=micro", "task=arithmetic", "task.train_size=200", "task.heldout_size=50", "trainer.steps=10", *overrides]).cfg
+    assert train_demand(cfg, build_task(cfg.task), PromptFormatter(qwen_like_tokenizer(), True), SINGLE).adapters == adapters

@@ -256,7 +256,9 @@ class LLM:
         self.llm_engine = types.SimpleNamespace(engine_core=types.SimpleNamespace(shutdown=lambda: self.events.append(("shutdown",))))
         type(self).instances.append(self)
 
-    def generate(self, prompts: Any, sampling_params: Any = None, *, use_tqdm: bool = True, **kwargs: Any) -> list[RequestOutput]:
+    def generate(self, prompts: Any, sampling_params: Any = None, *, use_tqdm: bool = True, lora_request: Any = None, **kwargs: Any) -> list[RequestOutput]:
+        if lora_request is not None:
+            raise NotImplementedError("the stand-in serves no LoRA adapters; real vLLM's CPU build does (tests/test_vllm_lora_real.py)")
         if self.discarded:
             raise RuntimeError(f"generate while asleep ({sorted(self.discarded)} discarded): vLLM would wait forever")
         if self.stale:

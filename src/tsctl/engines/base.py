@@ -8,7 +8,8 @@ behaviour-policy prefix to the current policy. Engines never re-encode text.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from pathlib import Path
+from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -66,10 +67,13 @@ class Demand:
         context: tokens of the longest request: the longest prompt + ``engine.max_new_tokens`` (+ 1 where a seed
             prefix may take the whole budget and is continued by one more token); None: unknown.
         requests: most requests one ``generate`` call sends; None: unknown.
+        adapters: most LoRA adapters sampled from while the engine lives, where the policy carries one: its own and the
+            behaviour pool's snapshots (``seeds.pool_size``) that an engine serving adapters samples without a weight load.
     """
 
     context: int | None = None
     requests: int | None = None
+    adapters: int = 1
 
 
 @dataclass
@@ -135,4 +139,17 @@ class Engine(Protocol):
 
     def wake_up(self) -> None:
         """Make the engine ready to ``generate`` again after ``sleep`` and ``load_weights``."""
+        ...
+
+
+@runtime_checkable
+class AdapterEngine(Engine, Protocol):
+    """An engine that may serve its policy as a LoRA adapter over a base model (``vllm`` with ``model.lora``), and then
+    samples other adapters of that base (behaviour snapshots) without loading weights."""
+
+    serves_adapters: bool
+    """Whether the policy is served as an adapter, so that ``with_adapter`` applies."""
+
+    def with_adapter(self, folder: Path) -> Engine:
+        """An engine sampling from the adapter folder ``folder`` over this engine's base model."""
         ...

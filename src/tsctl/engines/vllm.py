@@ -37,6 +37,13 @@ prefix cache; :meth:`wake_up` brings the KV cache back. The prefix cache is rese
 weight load, so no cached key or value of older weights is ever reused (also between the
 checkpoints of ``tsctl eval eval.step=all``, which loads each into one engine).
 
+**LoRA.** A policy carrying an adapter (``model.lora``) is served as its base model with ``enable_lora``
+(:mod:`tsctl.engines.vllm_lora`): its samples use a ``LoRARequest`` of the current adapter, :meth:`load_weights`
+loads the adapter alone under a new id, sleep mode is level 1 (the base weights are kept in host memory, not
+discarded) and :meth:`with_adapter` samples a behaviour snapshot's adapter from the same engine. An adapter folder
+given as the model (``tsctl eval``/``tsctl seed`` of a LoRA checkpoint, loaded merged) starts vLLM on its base and
+loads the merged weights.
+
 **Logs.** vLLM's own log goes to a file (``log``), and to the console only the warnings and errors a user
 needs; a start-up refusal is one line (:mod:`tsctl.engines.vllm_logs`).
 
@@ -57,9 +64,10 @@ from tsctl.config.errors import ConfigError
 from tsctl.config.rng import rank_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import World, before_leaving, current, from_env
-from tsctl.io.adapters import is_adapter_folder
+from tsctl.io.adapters import ADAPTER_NAME, adapter_base, has_adapter, is_adapter_folder
 from tsctl.engines import vllm_logs, vllm_platform, vllm_sizing, vllm_weights
-from tsctl.engines.base import Completion, Demand, Request, SamplingParams
+from tsctl.engines.base import Completion, Demand, Engine, Request, SamplingParams
+from tsctl.engines.vllm_lora import AdapterServing, SnapshotEngine, vllm_rank
 from tsctl.engines.registry import ENGINES, EngineBuild
 from tsctl.engines.vllm_settings import VllmSettings
 
@@ -151,6 +159,8 @@ class VLLMEngine:
         bucket_bytes: most bytes per weight-sync bucket (tensor parallelism only).
         log: vLLM's own log, opened by :func:`tsctl.engines.vllm_logs.open_log`; None: one opened here in the system's
             temporary folder.
+        adapters: serve the policy as a LoRA adapter over the base model at ``model_path`` (the module docstring);
+            None: the policy is the model's whole weights. The first :meth:`load_weights` gives the first adapter.
 
     Raises:
         ConfigError: vLLM refused to start (one line; its whole message is in its log).
@@ -174,6 +184,7 @@ class VLLMEngine:
         kv_cache_bytes: int | None = None,
         bucket_bytes: int = vllm_weights.BUCKET_BYTES,
         log: Path | None = None,
+        adapters: AdapterServing | None = None,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"unknown vLLM dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -184,6 +195,7 @@ class VLLMEngine:
         self.tensor_parallel_size = tensor_parallel_size
         self.sleep_mode = enable_sleep_mode
         self.bucket_bytes = bucket_bytes
+        self.adapters = adapters
         self.state = AWAKE
         settings = dict(
             model=model_path, dtype=dtype, seed=engine_seed(seed, current().rank), gpu_memory_utilization=gpu_memory_utilization,
@@ -191,6 +203,7 @@ class VLLMEngine:
             enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
             enforce_eager=enforce_eager, worker_extension_cls=WORKER_EXTENSION, use_tqdm_on_load=False,
             **torchrun_settings(tensor_parallel_size, current()), **({} if kv_cache_bytes is None else {"kv_cache_memory_bytes": kv_cache_bytes}),
+            **(adapters.settings() if adapters is not None else {}),
         )
         with vllm_logs.starting(self.log):
             vllm = import_vllm()
@@ -209,8 +222,24 @@ class VLLMEngine:
         """``max_model_len``: vLLM refuses a longer request."""
         return self.max_model_len
 
+    @property
+    def serves_adapters(self) -> bool:
+        """Whether the policy is served as a LoRA adapter, so that :meth:`with_adapter` can sample older ones."""
+        return self.adapters is not None
+
+    def with_adapter(self, folder: Path) -> Engine:
+        """An engine sampling from the adapter folder ``folder`` (a behaviour snapshot of this policy) over this engine's
+        base model, no weights loaded (:class:`~tsctl.engines.vllm_lora.SnapshotEngine`)."""
+        if self.adapters is None:
+            raise TypeError("this vLLM engine serves whole weights, not adapters: load the snapshot's model instead")
+        return SnapshotEngine(self, self.adapters.snapshot(self.llm, folder))
+
     def generate(self, requests: Sequence[Request], params: SamplingParams) -> list[Completion]:
-        """Sample one completion per request, in request order (see :class:`~tsctl.engines.base.Engine`)."""
+        """Sample one completion per request, in request order (see :class:`~tsctl.engines.base.Engine`), from the policy."""
+        return self.sample(requests, params, self.adapters.policy if self.adapters is not None else None)
+
+    def sample(self, requests: Sequence[Request], params: SamplingParams, lora_request: Any) -> list[Completion]:
+        """:meth:`generate` with the ``LoRARequest`` ``lora_request`` (None: the model's own weights)."""
         if self.state != AWAKE:
             raise RuntimeError(f"the vLLM engine is {self.state}: call load_weights() and wake_up() after sleep() before generating")
         if not requests:
@@ -223,14 +252,16 @@ class VLLMEngine:
                     f"{self.max_model_len}; raise engine.vllm.max_model_len or lower engine.max_new_tokens"
                 )
         outputs = self.llm.generate(
-            build_prompts(requests), build_sampling_params(self._sampling_params_cls, params, self.end_ids, requests), use_tqdm=False
+            build_prompts(requests), build_sampling_params(self._sampling_params_cls, params, self.end_ids, requests), use_tqdm=False,
+            lora_request=lora_request,
         )
         return [to_completion(output, self.end_ids) for output in outputs]
 
     def sleep(self) -> None:
-        """Discard the weights and KV cache (sleep level 2) until :meth:`load_weights` and :meth:`wake_up`; a no-op without sleep mode."""
+        """Discard the weights and KV cache (sleep level 2; serving adapters, level 1: the base weights wait in host
+        memory) until :meth:`load_weights` and :meth:`wake_up`; a no-op without sleep mode."""
         if self.sleep_mode and self.state == AWAKE:
-            self.llm.sleep(level=2)
+            self.llm.sleep(level=1 if self.adapters is not None else 2)
             self.state = ASLEEP
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
@@ -238,11 +269,21 @@ class VLLMEngine:
 
         One worker (in this process) reloads them all in one pass from a generator that casts one tensor
         at a time; tensor-parallel workers get CUDA IPC handles to buckets of whole layers
-        (:mod:`tsctl.engines.vllm_weights`).
+        (:mod:`tsctl.engines.vllm_weights`). Serving adapters, only the adapter's tensors of ``state_dict`` are
+        written and loaded, as a new ``LoRARequest`` (:meth:`~tsctl.engines.vllm_lora.AdapterServing.publish`).
         """
         if self.state == ASLEEP:
             self.llm.wake_up(tags=["weights"])
             self.state = WEIGHTS_ONLY
+        if self.adapters is not None:
+            self.adapters.publish(self.llm, state_dict)
+        else:
+            self._load_whole(state_dict)
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight load (requests still running?)")
+
+    def _load_whole(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Every weight of ``state_dict`` into every worker (see :meth:`load_weights`)."""
         weights = vllm_weights.engine_weights(state_dict, self.dtype)
         if self.tensor_parallel_size == 1:
             self.llm.collective_rpc("tsctl_load_weights", args=(weights,))
@@ -252,8 +293,6 @@ class VLLMEngine:
                 self.llm.collective_rpc("tsctl_load_ipc", args=(vllm_weights.share_ipc(flat), specs))
                 del flat
             torch.cuda.ipc_collect()
-        if not self.llm.reset_prefix_cache():
-            raise RuntimeError("vLLM refused to reset its prefix cache after a weight load (requests still running?)")
 
     def wake_up(self) -> None:
         """Bring the KV cache back after :meth:`sleep` and :meth:`load_weights`."""
@@ -286,9 +325,9 @@ def torchrun_settings(tensor_parallel_size: int, world: World) -> dict[str, Any]
 
 def _check(cfg: TsctlConfig, settings: VllmSettings) -> None:
     """What ``engine=vllm`` refuses at composition: a context too short for a response, tensor parallelism under torchrun,
-    a LoRA policy (``model.lora``: this engine loads whole weights, not adapters)."""
+    a LoRA rank above vLLM's largest."""
     if cfg.model.lora.rank > 0:
-        raise ConfigError("engine", "engine=vllm does not serve LoRA adapters yet (it syncs whole weights); use engine=hf with model.lora, or model.lora.rank=0")
+        vllm_rank(cfg.model.lora.rank)
     if settings.max_model_len is not None and settings.max_model_len <= cfg.engine.max_new_tokens:
         raise ConfigError("engine.vllm.max_model_len", f"{settings.max_model_len} must exceed engine.max_new_tokens={cfg.engine.max_new_tokens} (prompts need room too)")
     try:
@@ -299,20 +338,34 @@ def _check(cfg: TsctlConfig, settings: VllmSettings) -> None:
 
 @ENGINES.register("vllm", settings=VllmSettings, check=_check, runs_here=vllm_platform.check_runs_here)
 def build(build: EngineBuild) -> VLLMEngine:
-    """The vllm engine over a copy of the model loaded from ``build.model_path``, sized for ``build.demand``."""
+    """The vllm engine over a copy of the model loaded from ``build.model_path``, sized for ``build.demand``; a policy
+    carrying an adapter is served as its base model with the adapter's ``LoRARequest`` (:mod:`tsctl.engines.vllm_lora`)."""
     cfg, model, settings = build.cfg, build.model, build.settings
     vllm_platform.check_runs_here(cfg, settings)
     if build.model_path is None:
         raise ValueError("the vllm engine loads the model from a folder: pass model_path (a save_pretrained folder)")
-    if is_adapter_folder(build.model_path):
-        raise ConfigError("engine", f"engine=vllm loads whole model folders and {build.model_path} is a LoRA adapter; use engine=hf to sample from it")
+    demand = build.demand() if build.demand else Demand()
+    adapters = AdapterServing(model.peft_config[ADAPTER_NAME], demand.adapters) if has_adapter(model) else None
     dtype = vllm_platform.dtype(settings)
-    size = vllm_sizing.size(cfg, settings.max_model_len, model, dtype, build.demand() if build.demand else Demand(), vllm_platform.free_memory())
+    lora_bytes = adapters.slot_bytes(model, dtype) if adapters is not None else 0
+    size = vllm_sizing.size(cfg, settings.max_model_len, model, dtype, demand, vllm_platform.free_memory(), lora_bytes)
     log = vllm_logs.open_log(build.log_dir or Path(tempfile.gettempdir()), tied_head=bool(getattr(model.config, "tie_word_embeddings", False)))
     with vllm_logs.starting(log):  # the first import of vLLM
         vllm_platform.check_model_runs_here(model.config)
-    return VLLMEngine(
-        build.model_path, build.end_ids, dtype=dtype, seed=build.seed, gpu_memory_utilization=settings.gpu_memory_utilization,
+    engine = VLLMEngine(
+        base_folder(build.model_path, model), build.end_ids, dtype=dtype, seed=build.seed, gpu_memory_utilization=settings.gpu_memory_utilization,
         tensor_parallel_size=settings.tensor_parallel_size, max_model_len=size.max_model_len, max_num_seqs=size.max_num_seqs,
         enable_sleep_mode=vllm_platform.sleep_mode(settings), enforce_eager=settings.enforce_eager, kv_cache_bytes=size.kv_cache_bytes, log=log,
+        adapters=adapters,
     )
+    if adapters is not None or is_adapter_folder(build.model_path):
+        engine.load_weights(model.state_dict())  # the policy's adapter, or an adapter checkpoint's weights merged
+    return engine
+
+
+def base_folder(model_path: str, model: torch.nn.Module) -> str:
+    """The folder vLLM starts from: the base a policy's adapter names, the base of an adapter folder (loaded merged),
+    else ``model_path`` itself."""
+    if has_adapter(model):
+        return str(model.peft_config[ADAPTER_NAME].base_model_name_or_path)
+    return adapter_base(model_path) if is_adapter_folder(model_path) else model_path

@@ -34,6 +34,7 @@ NOISE: dict[str, str] = {
     "Enforce eager set, disabling torch.compile": "what engine.vllm.enforce_eager=true asks for",
     "Inductor compilation was disabled by user settings": "what engine.vllm.enforce_eager=true asks for",
     "Compiling model again due to a load failure": "a compile cache of another version; vLLM compiles afresh",
+    "different tokenizers for different LoRAs": "tsctl's adapters are served with their base model's tokenizer, which they were trained with",
     "RotaryEmbedding: Failed to load weights": "its cos/sin table is computed from the config, never in a checkpoint; every weight sync keeps it",
 }
 """vLLM warnings shown only in the log file, by a part of their text, with why each is harmless."""

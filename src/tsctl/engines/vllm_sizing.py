@@ -5,7 +5,7 @@
 - ``max_num_seqs``: ``engine.batch_size``, capped by the most requests one ``generate`` call of the command sends.
 - On the CPU the KV cache holds ``max_num_seqs`` sequences of ``max_model_len`` tokens, rounded up to vLLM's
   blocks (vLLM's CPU build would otherwise reserve ``gpu_memory_utilization`` of the machine's whole memory for
-  every engine). When that cache and vLLM's copy of the weights do not fit in :data:`HEADROOM` of the memory free
+  every engine). When that cache and vLLM's copy of the weights (with its LoRA adapters' slots) do not fit in :data:`HEADROOM` of the memory free
   now, :func:`size` refuses in one line that names the ``engine.*`` values that would fit, before vLLM starts (and
   before any run folder is made). On CUDA ``engine.vllm.gpu_memory_utilization`` sizes the cache and vLLM checks it.
 
@@ -61,9 +61,13 @@ def cpu_kv_cache_bytes(config: Any, dtype_name: str, max_model_len: int, max_num
     return token_bytes(config, dtype_name) * math.ceil(max_model_len / CPU_BLOCK) * CPU_BLOCK * max_num_seqs
 
 
-def size(cfg: EngineConfig, max_model_len: int | None, model: torch.nn.Module, dtype_name: str, demand: Demand, free_bytes: int | None) -> Sizing:
+def size(
+    cfg: EngineConfig, max_model_len: int | None, model: torch.nn.Module, dtype_name: str, demand: Demand, free_bytes: int | None,
+    adapter_bytes: int = 0,
+) -> Sizing:
     """The engine's size for ``model`` (its ``config`` and parameters) computing in ``dtype_name``, serving ``demand``;
-    ``max_model_len`` is ``engine.vllm.max_model_len``, ``free_bytes`` the memory free now (None: unchecked, as on CUDA).
+    ``max_model_len`` is ``engine.vllm.max_model_len``, ``free_bytes`` the memory free now (None: unchecked, as on CUDA),
+    ``adapter_bytes`` what vLLM reserves for LoRA adapters (counted with the weights).
 
     Raises:
         ConfigError: ``engine.vllm.max_model_len`` beyond the model's context, or a KV cache that does not fit.
@@ -76,7 +80,7 @@ def size(cfg: EngineConfig, max_model_len: int | None, model: torch.nn.Module, d
     seqs = min(cfg.batch_size, demand.requests or cfg.batch_size)
     kv = cpu_kv_cache_bytes(model.config, dtype_name, length, seqs)
     if kv is not None and free_bytes is not None:
-        weights = sum(p.numel() for p in model.parameters()) * getattr(torch, dtype_name).itemsize
+        weights = sum(p.numel() for p in model.parameters()) * getattr(torch, dtype_name).itemsize + adapter_bytes
         _check_fits(cfg, max_model_len, model.config, dtype_name, (length, seqs, kv, weights), free_bytes)
     return Sizing(length, seqs, kv)
 

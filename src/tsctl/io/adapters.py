@@ -10,7 +10,9 @@ loads these folders back.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -22,6 +24,8 @@ ADAPTER_NAME = "default"
 """The one adapter a policy carries (peft's default name)."""
 KEY_PREFIX = "base_model.model."
 """What peft's folders put before a module's name (``PeftModel`` wraps the model as ``base_model.model``)."""
+_ADAPTER_SEGMENT = re.compile(rf"(\.lora_\w+)\.{ADAPTER_NAME}(?=\.|$)")
+"""The adapter's name after a LoRA weight's own (``q_proj.lora_A.default.weight``), which the folder's keys leave out."""
 
 
 def has_adapter(model: torch.nn.Module) -> bool:
@@ -51,7 +55,20 @@ def save_weights(model: torch.nn.Module, folder: Path) -> None:
         return
     from peft import get_peft_model_state_dict
 
-    model.peft_config[ADAPTER_NAME].save_pretrained(str(folder))
     own = get_peft_model_state_dict(model, adapter_name=ADAPTER_NAME, save_embedding_layers=False)  # keys of the model's own modules
-    state = {KEY_PREFIX + name: tensor.detach().contiguous() for name, tensor in own.items()}
-    save_file(state, str(folder / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    write_adapter(folder, model.peft_config[ADAPTER_NAME], {KEY_PREFIX + name: tensor.detach().contiguous() for name, tensor in own.items()})
+
+
+def write_adapter(folder: Path, config: Any, tensors: dict[str, torch.Tensor]) -> None:
+    """Write an adapter folder: ``config`` (peft's ``LoraConfig``) and ``tensors`` (keys of the folder's file)."""
+    config.save_pretrained(str(folder))
+    save_file(tensors, str(folder / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+
+
+def adapter_file_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapter weights of a model's ``state_dict`` under the keys of its folder's file.
+
+    ``<module>.lora_A.default.weight`` [r, in] becomes ``base_model.model.<module>.lora_A.weight`` (and so for
+    ``lora_B`` [out, r]); every other tensor (the base weights) is left out. Tensors are detached, on the CPU and contiguous.
+    """
+    return {KEY_PREFIX + _ADAPTER_SEGMENT.sub(r"\1", name): tensor.detach().cpu().contiguous() for name, tensor in state.items() if ".lora_" in name}

@@ -8,7 +8,8 @@ so a new adapter's policy is exactly the base model; ``A`` is drawn from the run
 global random streams.
 
 :func:`adapter_off` is the KL reference (the base model, no second copy). The adapter's weights on disk are peft's
-folder (:mod:`tsctl.io.adapters`); :func:`load_adapter_weights` and :func:`adapter_state` move them in and out.
+folder (:mod:`tsctl.io.adapters`); :func:`load_adapter_weights` and :func:`adapter_state` move them in and out, and
+:func:`swapped_adapter` lends the model an older adapter (a behaviour snapshot's) for a block.
 """
 
 from __future__ import annotations
@@ -133,6 +134,18 @@ def load_adapter_weights(model: torch.nn.Module, folder: str | Path) -> None:
     """Copy the adapter saved in ``folder`` into ``model``'s adapter (same targets and rank)."""
     saved = load_file(str(Path(folder) / ADAPTER_WEIGHTS))
     set_adapter_state(model, {name.removeprefix(KEY_PREFIX): tensor for name, tensor in saved.items()})
+
+
+@contextlib.contextmanager
+def swapped_adapter(model: torch.nn.Module, folder: str | Path) -> Iterator[None]:
+    """Run the block with the adapter saved in ``folder`` (same targets and rank) in place of ``model``'s own, then put
+    ``model``'s own back, bit for bit."""
+    own = adapter_state(model)
+    load_adapter_weights(model, folder)
+    try:
+        yield
+    finally:
+        set_adapter_state(model, own)
 
 
 def base_reference(path: str | Path) -> str:

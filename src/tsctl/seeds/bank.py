@@ -19,7 +19,6 @@ this; when that checkpoint is gone anyway, the error says what to do.
 from __future__ import annotations
 
 import contextlib
-import functools
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -36,7 +35,7 @@ from tsctl.io.checkpoints import checkpoint_path, list_checkpoints, rng_state, s
 from tsctl.io.progress import console
 from tsctl.io.shards import ShardError, checksum_path, read_shard, write_shard
 from tsctl.models.loading import load_model
-from tsctl.models.lora import adapter_state, load_adapter_weights, set_adapter_state
+from tsctl.models.lora import swapped_adapter
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.seeds.base import Seed, seeded_count, seeds_from_table, window
@@ -195,26 +194,26 @@ def _weights_of(source: str, model: PreTrainedModel, engine: Engine, cfg: TsctlC
     carrying an adapter (``model.lora``) swaps its adapter only: ``source`` is then an adapter folder.
     """
     rng = rng_state()
-    if has_adapter(model):
-        own_adapter = adapter_state(model)
-        load_adapter_weights(model, source)
-        restore = functools.partial(set_adapter_state, model, own_adapter)
-    else:
-        own = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        behaviour = load_model(source, cfg.model.dtype, cfg.model.device)[0]
-        with torch.no_grad():
-            model.load_state_dict(behaviour.state_dict())
-        del behaviour
-        restore = functools.partial(_load_state, model, own)
-    engine.load_weights(model.state_dict())
+    swap = swapped_adapter(model, source) if has_adapter(model) else _whole_weights(source, model, cfg)
     try:
-        yield
+        with swap:
+            engine.load_weights(model.state_dict())
+            yield
     finally:
-        restore()
         engine.load_weights(model.state_dict())
         set_rng_state(rng)
 
 
-def _load_state(model: PreTrainedModel, state: dict[str, torch.Tensor]) -> None:
+@contextlib.contextmanager
+def _whole_weights(source: str, model: PreTrainedModel, cfg: TsctlConfig) -> Iterator[None]:
+    """Run the block with the model folder ``source``'s weights in ``model``, then its own back."""
+    own = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    behaviour = load_model(source, cfg.model.dtype, cfg.model.device)[0]
     with torch.no_grad():
-        model.load_state_dict(state)
+        model.load_state_dict(behaviour.state_dict())
+    del behaviour
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            model.load_state_dict(own)

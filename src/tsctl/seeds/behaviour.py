@@ -9,7 +9,8 @@ written, and what it tells about each step's advantages.
   (:mod:`tsctl.seeds.pool`), the selector (:mod:`tsctl.seeds.selectors`) picks an arm per prompt
   of the window, and each chosen snapshot writes its prompts' seeds in one batch: arm 0 with the
   live model and engine (the same draws as ``latest`` would make for those prompts), older arms
-  from their folder with an ``hf`` engine of their own. The randomness of a window's choice is a
+  from their folder with an ``hf`` engine of their own, or, where the live engine serves adapters (``vllm`` with
+  ``model.lora``), through it with the snapshot's adapter, pi_b from the trainer's model with that adapter lent. The randomness of a window's choice is a
   pure function of ``(seed, window)``; a selector declaring ``arm_log`` (the bandit) keeps its arms'
   rewards in ``seeds/pool/arms.jsonl`` (:mod:`tsctl.seeds.arm_log`), so a resumed run makes the same
   choices; one declaring ``probes`` gets each snapshot's probe surprisal.
@@ -32,10 +33,11 @@ from transformers import PreTrainedModel
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import current
-from tsctl.engines.base import Engine
+from tsctl.engines.base import AdapterEngine, Engine
 from tsctl.engines.factory import build_engine, in_process
 from tsctl.io.progress import console
 from tsctl.models.loading import load_model
+from tsctl.models.lora import swapped_adapter
 from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
@@ -102,7 +104,8 @@ class WindowWriter:
             if snap.step == first:
                 parts[arm] = self._write(model, engine, snap, subset, steps, k, sample_seed)
             else:
-                parts[arm] = self._write_snapshot(snap, subset, steps, k, step_seed(self.cfg.seed, first, Stream.ARM + self.age(snap, first)))
+                seed = step_seed(self.cfg.seed, first, Stream.ARM + self.age(snap, first))
+                parts[arm] = self._write_snapshot(snap, subset, steps, k, seed, model, engine)
         return _interleave(parts, choice, k)
 
     def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
@@ -134,8 +137,15 @@ class WindowWriter:
             checkpoint=f"step-{snap.step}", checkpoint_step=snap.step, sample_seed=sample_seed, serve_steps=steps,
         )
 
-    def _write_snapshot(self, snap: Snapshot, problems: Sequence[Problem], steps: Sequence[int], k: int, sample_seed: int) -> dict[str, list]:
-        """Seeds written by an older snapshot, loaded from its folder with an in-process (``hf``) engine of its own."""
+    def _write_snapshot(
+        self, snap: Snapshot, problems: Sequence[Problem], steps: Sequence[int], k: int, sample_seed: int, live: PreTrainedModel, engine: Engine
+    ) -> dict[str, list]:
+        """Seeds written by an older snapshot: sampled through the live ``engine`` with the snapshot's adapter where it
+        serves adapters, pi_b from the live model with that adapter lent (:func:`~tsctl.models.lora.swapped_adapter`);
+        else loaded from its folder with an in-process (``hf``) engine of its own."""
+        if isinstance(engine, AdapterEngine) and engine.serves_adapters:
+            with swapped_adapter(live, snap.path):
+                return self._write(live, engine.with_adapter(snap.path), snap, problems, steps, k, sample_seed)
         model = load_model(snap.path, self.cfg.model.dtype, self.cfg.model.device)[0].eval()
         engine = build_engine(
             in_process(self.cfg.engine), model, self.formatter.end_ids, self.formatter.pad_id, str(snap.path),

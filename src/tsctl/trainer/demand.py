@@ -19,7 +19,8 @@ def train_demand(cfg: TsctlConfig, task: Task, formatter: PromptFormatter, world
     Its requests are the largest of one ``generate`` call's: a step's rollout (this rank's prompts x ``trainer.n``;
     dynamic sampling's refills are no larger), a refresh window's seeds (the window's prompts x the seeded samples of
     a group; ``refresh=0``: the whole run), the held-out evaluation (greedy, then sampled) and a snapshot's probes
-    (``seeds.selector=max_entropy``).
+    (``seeds.selector=max_entropy``). Its adapters are the policy's and, with a selector declaring ``pool``, the pool's
+    ``seeds.pool_size`` snapshots.
     """
     tr, s = cfg.trainer, cfg.seeds
     heldout = task.problems("heldout")
@@ -31,4 +32,5 @@ def train_demand(cfg: TsctlConfig, task: Task, formatter: PromptFormatter, world
         calls.append(s.probe_prompts * s.probe_samples)
     if tr.eval_every:
         calls += [min(tr.eval_problems, len(heldout)), min(tr.eval_samples_problems, len(heldout)) * tr.eval_samples]
-    return Demand(context=context, requests=max(calls))
+    pool = s.pool_size if uses_seeds(cfg) and SELECTORS.needs(s.selector).pool else 0
+    return Demand(context=context, requests=max(calls), adapters=1 + pool)
