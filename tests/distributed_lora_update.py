@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from distributed_update import LR, full_moments, setting
+from distributed_update import LR, NoTokenizer, full_moments, setting
 from tsctl.config.schema import LoraConfig
 from tsctl.distributed import world as ranks
 from tsctl.distributed.fsdp import full_tensors, local_tensor
@@ -33,13 +33,6 @@ from update_context import update_context
 SETTINGS = LoraConfig(rank=4, alpha=8.0)
 BASE = "base-folder"
 """The base model an adapter of these tests names."""
-
-
-class NoTokenizer:
-    """The checkpoint writer's tokenizer argument: the micro model here has no tokenizer to save."""
-
-    def save_pretrained(self, path: Path) -> None:
-        del path
 
 
 class RecordingEngine:

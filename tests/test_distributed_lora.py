@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemReader
 
 from conftest import micro_args, stable_metrics, tsctl
-from distributed_lora_update import NoTokenizer, lora_policy, lora_update
-from distributed_update import LR, full_moments
+from distributed_lora_update import lora_policy, lora_update
+from distributed_update import LR, NoTokenizer, full_moments
 from test_distributed import assert_tensors_close, torchrun
 from tsctl.io.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from tsctl.io.checkpoints import STATE_FILE, load_state, save_checkpoint
