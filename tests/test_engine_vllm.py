@@ -21,7 +21,8 @@ from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines import vllm_platform
 from tsctl.engines.factory import build_engine, check_runs_here
 from tsctl.engines.hf import HFEngine
-from tsctl.engines.vllm import SEED_RANGE, VLLMEngine, build_prompts, build_sampling_params, engine_seed, to_completion
+from tsctl.engines.vllm import SEED_RANGE, VLLMEngine, engine_seed
+from tsctl.engines.vllm_requests import build_prompts, build_sampling_params, to_completion
 from tsctl.models.prompts import PromptFormatter
 from tsctl.runconfig import compose_config
 

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 
@@ -33,9 +33,6 @@ from tsctl.config.errors import ConfigError
 from tsctl.engines.base import Completion, Request, SamplingParams
 from tsctl.engines.vllm_weights import checkpoint_name
 from tsctl.io.adapters import ADAPTER_WEIGHTS, adapter_file_tensors, write_adapter
-
-if TYPE_CHECKING:
-    from tsctl.engines.vllm import VLLMEngine
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ``max_lora_rank`` values vLLM accepts (its ``MaxLoRARanks``); an adapter of a lower rank is served in the next one."""
@@ -134,6 +131,16 @@ class AdapterServing:
         return request
 
 
+class AdapterSampler(Protocol):
+    """The engine that serves the policy's adapter (:class:`~tsctl.engines.vllm.VLLMEngine`), as a snapshot samples
+    through it."""
+
+    @property
+    def context_length(self) -> int: ...
+
+    def sample(self, requests: Sequence[Request], params: SamplingParams, lora_request: Any) -> list[Completion]: ...
+
+
 class SnapshotEngine:
     """Samples from a behaviour snapshot's adapter through the engine that serves the policy (same base, same seed
     stream); its log-probs, as the engine's, are never pi_b (``reports_token_stats`` is False).
@@ -145,7 +152,7 @@ class SnapshotEngine:
 
     reports_token_stats = False
 
-    def __init__(self, engine: VLLMEngine, request: Any) -> None:
+    def __init__(self, engine: AdapterSampler, request: Any) -> None:
         self.engine, self.request = engine, request
 
     @property
