@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed import world as ranks
 from tsctl.engines.factory import build_engine, logs_dir
 from tsctl.io import faults
 from tsctl.models.batch import collate
+from tsctl.models.lora import lora_on
 from tsctl.models.precision import compute_dtype, model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
@@ -66,6 +68,8 @@ def setup(
     checkpoint to resume; sharded over ``world`` under ``torchrun``), its engine, the task's train
     split, the optimiser, the KL reference (from ``base``) and, in a Thinking Seeds run, the seed
     bank of the run folder ``located``."""
+    if world.distributed and lora_on(cfg.model.lora):
+        raise ConfigError("model.lora", "LoRA training under torchrun (FSDP2) is not supported; run it as one process (tsctl train) or set model.lora.rank=0")
     model, tokenizer = load_trainable(cfg, path, base)
     dtype = compute_dtype(cfg, model)
     parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
@@ -80,7 +84,7 @@ def setup(
     problems = task.problems("train")
     task.problems("heldout")  # checked now, not at the first evaluation
     optimizer, scheduler = make_optimizer(cfg, model)
-    ref_model = load_reference(cfg, base, parallel.inference)  # a LoRA reference: the unsharded copy, adapter off
+    ref_model = load_reference(cfg, base, model)
     seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None
     guard = NonFiniteGuard(cfg.trainer.nonfinite, cfg.trainer.max_nonfinite_skips)
     ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard, parallel=parallel)
