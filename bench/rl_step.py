@@ -25,6 +25,11 @@ DAPO loss with clip 0.2 / 0.28, no KL, lr 2e-4, temperature 1):
     ``d_packed_over_padded``) and not (``packed_over_padded_rows``), the four updates interleaved
     with the other sides, each ratio taken within a round.
 
+(a), (b), (d) with ``trainer.compile`` (:mod:`tsctl.models.compiled`): each tsctl side runs again with the update's
+    decoder layers compiled (``*_compiled`` figures; ``compiled_update_speedup`` is the uncompiled update's time over
+    the compiled one's, ``d_packed_compiled_speedup`` the same on (d)'s packed batch). The process keeps what it
+    compiled, so the compile happens once, in the warm-up, and is timed there (``compile_s``).
+
 Equal work: the model is freshly initialised (the same weights for every side) and its EOS logit is
 pushed to -1e4 by a forward hook on the LM head, so no response stops early: every side generates
 exactly 48 tokens per sample. Rewards are then all 0 (so are the advantages); that changes no
@@ -53,7 +58,7 @@ rows, from the run's metrics). ``update_model_gflops_per_s`` divides the whole r
 the work a row-by-row update would have done, per second of tsctl's update.
 
     pip install -e ".[bench]"
-    python bench/rl_step.py [--rounds 3] [--steps 10] [--threads 1] [--gen-repeats 5] [--skip-trl] [--profile]
+    python bench/rl_step.py [--rounds 3] [--steps 10] [--threads 1] [--gen-repeats 5] [--skip-trl] [--no-compile] [--profile]
     python bench/rl_step.py --packing-only [--rounds 7]   # (d)'s packed against padded alone, about a minute
 
 Writes ``bench/results/<timestamp>.json`` and prints a table; ``--profile`` adds pyinstrument call
@@ -98,18 +103,18 @@ from tsctl.tasks.registry import build_task  # noqa: E402
 def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Path, problems: list[Problem], console: Console) -> list[dict]:
     """All rounds of (a), (b) and (d): tsctl ratio 0, tsctl ratio 25, TRL, matmul peak, plain HF update, the
     packed and padded updates (``--packing-only``: these alone)."""
-    updates, packing_tokens = packing_sides(s, model_dir, problems)
+    updates, packing_tokens = packing_sides(s, model_dir, problems, args.compile)
     packing: dict[str, Callable[[int], object]] = {name: (lambda r, side=side: side()) for name, side in updates.items()}
     if args.packing_only:
         for side in updates.values():
-            side()  # warm-up
+            side()  # warm-up (the compiled side compiles here)
         return interleave(args, packing, {"packing_tokens": packing_tokens}, console)
     flops_model, tokenizer = load_model(model_dir, "float32", "cpu")
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
 
-    def tsctl_side(ratio: int) -> Callable[[int], dict]:
+    def tsctl_side(ratio: int, compiled: bool = False) -> Callable[[int], dict]:
         def go(r: int) -> dict:
-            out = run_tsctl(s, model_dir, work / "runs", f"ratio{ratio}-round{r}", ratio, args.steps)
+            out = run_tsctl(s, model_dir, work / "runs", f"ratio{ratio}{'-compiled' if compiled else ''}-round{r}", ratio, args.steps, compiled)
             lengths = [step_lengths(s, formatter, problems, step) for step in range(args.steps)]
             assert out["train_tokens"] == [sum(x) for x in lengths], "token count differs from tsctl's own"
             head = s.samples * s.max_new_tokens
@@ -122,14 +127,21 @@ def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Pat
     def trl_side(r: int) -> dict:
         return run_trl(s, model_dir, work / f"trl-round{r}", problems, args.steps, args.threads)
 
-    with console.status("warm-up: a short run of each side"):
+    constants: dict = {"packing_tokens": packing_tokens}
+    with console.status("warm-up: a short run of each side (and the compile, timed)"):
         run_tsctl(s, model_dir, work / "runs", "warmup-ratio0", 0, 2)
         run_tsctl(s, model_dir, work / "runs", "warmup-ratio25", 25, 2)
+        if args.compile:  # the first compile of this process (the on-disk cache of an earlier one may shorten it)
+            constants["compile_s"] = sum(run_tsctl(s, model_dir, work / "runs", "warmup-ratio0-compiled", 0, 2, True)["wall_compile_s"])
+            run_tsctl(s, model_dir, work / "runs", "warmup-ratio25-compiled", 25, 2, True)
         if not args.skip_trl:
             run_trl(s, model_dir, work / "trl-warmup", problems, 1, args.threads)
+        for side in updates.values():
+            side()
     sides: dict[str, Callable[[int], object]] = {
         "tsctl_ratio0": tsctl_side(0),
         "tsctl_ratio25": tsctl_side(25),
+        **({"tsctl_ratio0_compiled": tsctl_side(0, True), "tsctl_ratio25_compiled": tsctl_side(25, True)} if args.compile else {}),
         "matmul_peak_gflops": lambda r: matmul_peak(),
         "shape_matmul_gflops": lambda r: shape_matmul_peak(flops_model, sum(step_lengths(s, formatter, problems, 0)) // s.mini_batches),
         "plain_update_gflops": lambda r: plain_update(s, model_dir, problems),
@@ -137,7 +149,7 @@ def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Pat
     }
     if not args.skip_trl:
         sides["trl"] = trl_side
-    return interleave(args, sides, {"packing_tokens": packing_tokens}, console)
+    return interleave(args, sides, constants, console)
 
 
 def interleave(args: argparse.Namespace, sides: dict[str, Callable[[int], object]], constants: dict, console: Console) -> list[dict]:
@@ -198,6 +210,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=None, help="JSON path (default: bench/results/<timestamp>.json)")
     parser.add_argument("--profile", action="store_true", help="also write pyinstrument call trees of each side (needs pyinstrument)")
     parser.add_argument("--packing-only", action="store_true", help="run only (d)'s packed against padded updates (no TRL, no (c))")
+    parser.add_argument("--no-compile", dest="compile", action="store_false",
+                        help="leave out the sides with trainer.compile on (by default each tsctl side runs with it off and on)")
     args = parser.parse_args(argv)
     if args.packing_only:
         args.skip_trl, args.gen_repeats = True, 0
@@ -215,6 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     with workdir(args.workdir) as work:
         model_dir = work / "model"
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")  # an empty compile cache: compile_s is a first compile's
         save_bench_model(model_dir, s.seed)
         generation = None
         if not args.packing_only:

@@ -4,7 +4,7 @@ The RL sides of (a), (b) and (d) generate exactly ``max_new_tokens`` per sample,
 padding to remove. Here one batch of the first step's prompts (``batch_size`` x ``n`` rows) gets
 responses of 16 to 48 random tokens (uniform, a fixed seed), and :func:`tsctl.trainer.update.policy_update`
 runs on it with ``trainer.pack`` on and off, prompts shared (``trainer.share_prompts``, the default) and
-not, from the same weights each time. Update tokens/s counts the rows' real tokens (prompt + response).
+not, and packed with ``trainer.compile``, from the same weights each time. Update tokens/s counts the rows' real tokens (prompt + response).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from rl_bench.sides import load_without_eos
 from rl_bench.timing import timed
 from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import RolloutBatch, collate, pi_b_on_prefix
+from tsctl.models.compiled import CompiledLayers
 from tsctl.models.forward import Forward
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
@@ -32,8 +33,11 @@ from tsctl.trainer.update import policy_update
 RESPONSE_TOKENS = (16, 48)
 """Shortest and longest response of the batch, in tokens."""
 
-SIDES = {"update_padded": (False, True), "update_packed": (True, True), "update_padded_rows": (False, False), "update_packed_rows": (True, False)}
-"""Each side's ``(trainer.pack, trainer.share_prompts)``."""
+SIDES = {
+    "update_padded": (False, True, False), "update_packed": (True, True, False), "update_padded_rows": (False, False, False),
+    "update_packed_rows": (True, False, False), "update_packed_compiled": (True, True, True),
+}
+"""Each side's ``(trainer.pack, trainer.share_prompts, trainer.compile)``."""
 
 
 def spread_batch(s: Settings, formatter: PromptFormatter, problems: list[Problem], vocab: int) -> RolloutBatch:
@@ -49,9 +53,9 @@ def spread_batch(s: Settings, formatter: PromptFormatter, problems: list[Problem
     return collate(samples, torch.from_numpy(rng.standard_normal(len(samples))), formatter.pad_id)
 
 
-def packing_sides(s: Settings, model_dir: Path, problems: list[Problem]) -> tuple[dict[str, Callable[[], dict]], int]:
-    """One callable per :data:`SIDES` entry (one policy update from the same weights: wall and CPU seconds),
-    and the real tokens of the batch."""
+def packing_sides(s: Settings, model_dir: Path, problems: list[Problem], compiled: bool = True) -> tuple[dict[str, Callable[[], dict]], int]:
+    """One callable per :data:`SIDES` entry (one policy update from the same weights: wall and CPU seconds; the
+    compiled side only with ``compiled``), and the real tokens of the batch."""
     model, tokenizer = load_without_eos(model_dir)
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
     batch = spread_batch(s, formatter, problems, len(tokenizer))
@@ -59,7 +63,9 @@ def packing_sides(s: Settings, model_dir: Path, problems: list[Problem]) -> tupl
     with torch.no_grad():
         old = pi_b_on_prefix(Forward(s.temperature).recompute(model.eval(), batch)[0], batch)
 
-    def side(pack_rows: bool, share: bool) -> Callable[[], dict]:
+    layers = CompiledLayers(model)
+
+    def side(pack_rows: bool, share: bool, compile_layers: bool) -> Callable[[], dict]:
         cfg = TsctlConfig()
         cfg.engine.temperature = s.temperature
         cfg.algo.clip_low, cfg.algo.clip_high = s.clip_low, s.clip_high
@@ -69,24 +75,27 @@ def packing_sides(s: Settings, model_dir: Path, problems: list[Problem]) -> tupl
             model.load_state_dict(start)
             optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr)
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-            ctx = StepContext(cfg, model, None, None, None, [], optimizer, scheduler)  # what the update reads: no engine, task or data
+            ctx = StepContext(cfg, model, None, None, None, [], optimizer, scheduler,  # what the update reads: no engine, task or data
+                              compiled=layers if compile_layers else None)
             _, seconds = timed(policy_update, ctx, batch, PiOld(old, old, old, old), None, 0)
             return seconds
 
         return go
 
-    return {name: side(*flags) for name, flags in SIDES.items()}, int(batch.attention_mask.sum())
+    return {name: side(*flags) for name, flags in SIDES.items() if compiled or not flags[2]}, int(batch.attention_mask.sum())
 
 
 def packing_figures(r: dict, clock: str) -> dict[str, float]:
     """Update tokens/s of each side in one round, and the packed / padded ratios (prompts shared, and not)."""
     tokens = r["packing_tokens"]
-    fig = {f"{name}_tokens_per_s": tokens / r[name][clock] for name in SIDES}
+    fig = {f"{name}_tokens_per_s": tokens / r[name][clock] for name in SIDES if name in r}
     fig["d_packed_over_padded"] = r["update_padded"][clock] / r["update_packed"][clock]
     fig["packed_over_padded_rows"] = r["update_padded_rows"][clock] / r["update_packed_rows"][clock]
+    if "update_packed_compiled" in r:
+        fig["d_packed_compiled_speedup"] = r["update_packed"][clock] / r["update_packed_compiled"][clock]
     return fig
 
 
 FIGURES = ["update_padded_tokens_per_s", "update_packed_tokens_per_s", "update_padded_rows_tokens_per_s",
-           "update_packed_rows_tokens_per_s", "packed_over_padded_rows"]
+           "update_packed_rows_tokens_per_s", "packed_over_padded_rows", "update_packed_compiled_tokens_per_s", "d_packed_compiled_speedup"]
 """The figures of :func:`packing_figures` besides the target's, in the table's order."""

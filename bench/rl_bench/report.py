@@ -26,13 +26,35 @@ def round_figures(r: dict, clock: str) -> dict[str, float]:
 
     Step times for (a) are per-run medians; for (b) means over the run (one refresh window), so the
     seed generation at the window's first step is amortised over its steps. A round of ``--packing-only``
-    has only the packed and padded updates.
+    has only the packed and padded updates. The tsctl figures come once per compile setting: uncompiled,
+    and (``*_compiled``) with ``trainer.compile``.
     """
-    packed = packing_figures(r, clock)
+    fig = packing_figures(r, clock)
     if "tsctl_ratio0" not in r:
-        return packed
-    r0, r25 = r["tsctl_ratio0"], r["tsctl_ratio25"]
-    fig = packed | {
+        return fig
+    fig |= {
+        "matmul_peak_gflops": r["matmul_peak_gflops"][clock],
+        "shape_matmul_gflops": r["shape_matmul_gflops"][clock],
+        "plain_update_gflops_per_s": r["plain_update_gflops"][clock],
+    }
+    fig["plain_update_share_of_peak"] = fig["plain_update_gflops_per_s"] / fig["matmul_peak_gflops"]
+    fig["shape_matmul_share_of_peak"] = fig["shape_matmul_gflops"] / fig["matmul_peak_gflops"]
+    if "trl" in r:
+        fig["trl_step_median_s"] = statistics.median(r["trl"][f"{clock}_step_s"])
+    for suffix in ("", "_compiled"):
+        if f"tsctl_ratio0{suffix}" in r:
+            fig |= tsctl_figures(r[f"tsctl_ratio0{suffix}"], r[f"tsctl_ratio25{suffix}"], clock, fig, suffix)
+    if "tsctl_ratio0_compiled" in r:
+        fig["compiled_update_speedup"] = fig["update_s"] / fig["update_s_compiled"]
+        if clock == "wall":
+            fig["compile_s"] = r["compile_s"]
+    return fig
+
+
+def tsctl_figures(r0: dict, r25: dict, clock: str, round_fig: dict[str, float], suffix: str) -> dict[str, float]:
+    """tsctl's figures of one round from its ratio-0 and ratio-25 runs ``r0``/``r25``, their names ending in ``suffix``;
+    ``round_fig`` holds the round's peak and TRL's step (when run)."""
+    fig = {
         "tsctl_step_median_s": statistics.median(r0[f"{clock}_step_s"]),
         "tsctl_ratio0_step_mean_s": mean(r0[f"{clock}_step_s"]),
         "tsctl_ratio25_step_mean_s": mean(r25[f"{clock}_step_s"]),
@@ -41,20 +63,14 @@ def round_figures(r: dict, clock: str) -> dict[str, float]:
         "update_gflops_per_s": statistics.median(f / u for f, u in zip(r0["update_gflop"], r0[f"{clock}_update_s"])),
         "update_model_gflops_per_s": statistics.median(f / u for f, u in zip(r0["update_model_gflop"], r0[f"{clock}_update_s"])),
         "forward_token_share": statistics.median(r0["forward_token_share"]),
-        "matmul_peak_gflops": r["matmul_peak_gflops"][clock],
-        "shape_matmul_gflops": r["shape_matmul_gflops"][clock],
-        "plain_update_gflops_per_s": r["plain_update_gflops"][clock],
     }
     fig["b_ratio25_over_ratio0"] = fig["tsctl_ratio25_step_mean_s"] / fig["tsctl_ratio0_step_mean_s"]
-    fig["d_update_share_of_peak"] = fig["update_gflops_per_s"] / fig["matmul_peak_gflops"]
-    fig["plain_update_share_of_peak"] = fig["plain_update_gflops_per_s"] / fig["matmul_peak_gflops"]
-    fig["shape_matmul_share_of_peak"] = fig["shape_matmul_gflops"] / fig["matmul_peak_gflops"]
+    fig["d_update_share_of_peak"] = fig["update_gflops_per_s"] / round_fig["matmul_peak_gflops"]
     if clock == "wall":
         fig["ratio25_seeds_mean_s"] = mean(r25["wall_seeds_s"])
-    if "trl" in r:
-        fig["trl_step_median_s"] = statistics.median(r["trl"][f"{clock}_step_s"])
-        fig["a_tsctl_over_trl"] = fig["tsctl_step_median_s"] / fig["trl_step_median_s"]
-    return fig
+    if "trl_step_median_s" in round_fig:
+        fig["a_tsctl_over_trl"] = fig["tsctl_step_median_s"] / round_fig["trl_step_median_s"]
+    return {f"{name}{suffix}": value for name, value in fig.items()}
 
 
 def generation_figures(generation: dict, clock: str) -> list[dict[str, float]]:
@@ -69,9 +85,10 @@ def generation_figures(generation: dict, clock: str) -> list[dict[str, float]]:
 def summarise(rounds: list[dict], generation: dict | None) -> dict[str, dict[str, dict]]:
     """``{figure: {clock: {median, min, max, values}}}`` over rounds (or repeats, for (c); None: not run)."""
     per_clock = {clock: [round_figures(r, clock) for r in rounds] + (generation_figures(generation, clock) if generation else []) for clock in CLOCKS}
-    order = [*TARGETS, "tsctl_step_median_s", "trl_step_median_s", "tsctl_ratio0_step_mean_s", "tsctl_ratio25_step_mean_s",
+    order = [*TARGETS, "compiled_update_speedup", "compile_s", "tsctl_step_median_s", "tsctl_step_median_s_compiled", "trl_step_median_s", "tsctl_ratio0_step_mean_s", "tsctl_ratio25_step_mean_s",
              "ratio25_seeds_mean_s", "engine_tokens_per_s", "generate_tokens_per_s", "update_s", "train_tokens_per_s",
-             "update_gflops_per_s", "update_model_gflops_per_s", "forward_token_share", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak",
+             "update_gflops_per_s", "update_model_gflops_per_s", "forward_token_share", "update_s_compiled", "train_tokens_per_s_compiled",
+             "update_gflops_per_s_compiled", "tsctl_ratio0_step_mean_s_compiled", "tsctl_ratio25_step_mean_s_compiled", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak",
              "shape_matmul_gflops", "shape_matmul_share_of_peak", *PACKING_FIGURES]
     out: dict[str, dict[str, dict]] = {}
     for name in order:

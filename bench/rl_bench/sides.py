@@ -65,9 +65,10 @@ def load_without_eos(path, dtype="float32", device="cpu") -> tuple[PreTrainedMod
 # tsctl: the trainer's own setup and steps, in process.
 
 
-def tsctl_overrides(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int) -> list[str]:
-    """Hydra overrides for a ``tsctl train`` run with settings ``s`` and no evals or intermediate checkpoints."""
-    return [
+def tsctl_overrides(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int, compiled: bool = False) -> list[str]:
+    """Hydra overrides for a ``tsctl train`` run with settings ``s`` and no evals or intermediate checkpoints (``compiled``:
+    ``trainer.compile``)."""
+    return [f"trainer.compile={str(compiled).lower()}",
         f"model.path={model_dir}", "model.dtype=float32", "model.device=cpu", f"runs_dir={runs_dir}", f"name={name}",
         f"seed={s.seed}", f"ratio={ratio}", f"refresh={s.refresh}", "algo=dapo",
         f"algo.clip_low={s.clip_low}", f"algo.clip_high={s.clip_high}",
@@ -78,14 +79,16 @@ def tsctl_overrides(s: Settings, model_dir: Path, runs_dir: Path, name: str, rat
     ]
 
 
-def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int) -> dict[str, list[float]]:
+def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int, compiled: bool = False) -> dict[str, list[float]]:
     """Run tsctl's training loop in process for ``steps`` steps: the trainer's :func:`~tsctl.trainer.step.setup`,
     then :func:`~tsctl.trainer.step.run_step` per step; per step, its wall times (from the metric records) and CPU times.
+    With ``compiled`` (``trainer.compile``) also the seconds each step spent compiling: the process keeps what it
+    compiled, so only its first compiled run compiles.
 
     CPU seconds are taken around the step's own calls: ``SeedBank.prepare`` and ``train_step`` make up
     a step (as ``time/step`` does), ``policy_update`` is the update phase (as ``time/update``).
     """
-    composed = compose_config(tsctl_overrides(s, model_dir, runs_dir, name, ratio, steps))
+    composed = compose_config(tsctl_overrides(s, model_dir, runs_dir, name, ratio, steps, compiled))
     cfg = composed.cfg
     cpu: dict[str, dict[int, float]] = {"step": defaultdict(float), "update": defaultdict(float)}
     current = [0]
@@ -126,6 +129,7 @@ def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: in
         "wall_old_logprobs_s": [r["time/old_logprobs"] for r in records],
         "train_tokens": [round(r["train_tokens_per_s"] * r["time/update"]) for r in records],
         "forward_token_share": [r["forward_token_share"] for r in records],
+        "wall_compile_s": [r.get("time/compile", 0.0) for r in records],
     }
 
 

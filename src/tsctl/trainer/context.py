@@ -12,6 +12,7 @@ from transformers import PreTrainedModel
 from tsctl.algo.objective import Objective
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine
+from tsctl.models.compiled import CompiledLayers
 from tsctl.models.forward import Forward
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
@@ -44,6 +45,7 @@ class StepContext:
             (:class:`~tsctl.trainer.parallel.Parallel` over ``model``).
         objective: the update's loss, built once from ``algo`` (None: built from ``cfg``).
         forward: the trainer's forward settings, built once from ``trainer`` and ``model`` (None: built from ``cfg``).
+        compiled: the policy's decoder layers compiled for the update (``trainer.compile``), else None.
     """
 
     cfg: TsctlConfig
@@ -61,6 +63,7 @@ class StepContext:
     parallel: Parallel | None = None
     objective: Objective | None = None
     forward: Forward | None = None
+    compiled: CompiledLayers | None = None
 
     def __post_init__(self) -> None:
         if self.parallel is None:

@@ -29,6 +29,7 @@ from tsctl.distributed import world as ranks
 from tsctl.engines.factory import build_engine, logs_dir
 from tsctl.io import faults
 from tsctl.models.batch import collate
+from tsctl.models.compiled import CompiledLayers, CompileStats, compile_stats
 from tsctl.models.lora import lora_on
 from tsctl.models.precision import compute_dtype, model_device
 from tsctl.models.prompts import PromptFormatter
@@ -70,6 +71,8 @@ def setup(
     bank of the run folder ``located``."""
     if world.distributed and lora_on(cfg.model.lora):
         raise ConfigError("model.lora", "LoRA training under torchrun (FSDP2) is not supported; run it as one process (tsctl train) or set model.lora.rank=0")
+    if world.distributed and cfg.trainer.compile:
+        raise ConfigError("trainer.compile", "compiling the update under torchrun (FSDP2) is not supported; run it as one process (tsctl train) or set trainer.compile=false")
     model, tokenizer = load_trainable(cfg, path, base)
     dtype = compute_dtype(cfg, model)
     parallel = DataParallel(model, world, dtype if dtype != torch.float32 else None) if world.distributed else Parallel(model)
@@ -87,7 +90,8 @@ def setup(
     ref_model = load_reference(cfg, base, model)
     seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None
     guard = NonFiniteGuard(cfg.trainer.nonfinite, cfg.trainer.max_nonfinite_skips)
-    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard, parallel=parallel)
+    compiled = CompiledLayers(model) if cfg.trainer.compile else None
+    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref_model, guard, parallel=parallel, compiled=compiled)
     return ctx, tokenizer
 
 
@@ -138,6 +142,7 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
             if ctx.ref_model is not None:
                 ref = parallel.map_rows(lambda rows: (reference_logprobs(ctx.ref_model, rows, ctx.forward, cfg.algo.ref_placement),), batch)[0]
 
+        compiled_before = compile_stats()
         with timed(timings, "time/update"):
             update = policy_update(ctx, batch, old, ref, step)
         with timed(timings, "time/weight_sync"):
@@ -156,4 +161,12 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
         "samples": len(samples),
         "generate_tokens_per_s": generated / max(timings["time/generate"], 1e-9),
         "train_tokens_per_s": trained / max(timings["time/update"], 1e-9),
+        **(_compile_metrics(compiled_before) if ctx.compiled is not None else {}),
     }
+
+
+def _compile_metrics(before: CompileStats) -> dict[str, float]:
+    """``time/compile``: the seconds of this step's update spent compiling (part of ``time/update``); ``compile/graphs``:
+    the graphs compiled so far in this process (more than one after the first step: shapes the graph did not cover)."""
+    now = compile_stats()
+    return {"time/compile": now.seconds - before.seconds, "compile/graphs": now.graphs}

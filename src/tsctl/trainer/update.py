@@ -19,7 +19,8 @@ policy loss ``algo.policy_loss``, the rollout correction's weights, the KL and e
 ``algo.loss`` with the mini-batch's normalisers. Its forward is the run's :class:`~tsctl.models.forward.Forward`
 (packing, prompt sharing, the LM head's chunk, the micro-batch limits, autocast to ``model.compute_dtype``: bf16 on
 CUDA by default while the parameters, their gradients and AdamW's state stay float32). Each mini-batch passes the
-non-finite guard (:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step. Logged per step: the policy
+non-finite guard (:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step. With ``trainer.compile``
+the forwards run the policy's compiled decoder layers (:mod:`tsctl.models.compiled`). Logged per step: the policy
 loss's metrics over the loss tokens, by source and position; ``kl_ref`` over the KL's tokens; with a rollout
 correction, ``rollout_correction/weight_mean`` and ``rollout_correction/corrected_share``.
 
@@ -31,6 +32,7 @@ over the ranks, the gradient norm the global one, and the metric sums are all-re
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -148,7 +150,7 @@ def _micro_batch(ctx: StepContext, whole: _Step, idx: torch.Tensor, norms: Norms
     """Forward and backward of the rows ``idx`` with the mini-batch's ``norms``; their metrics go to ``pending``.
     Returns the detached loss."""
     sub = whole.batch.rows(idx)
-    with ctx.forward.autocast(ctx.model):
+    with ctx.forward.autocast(ctx.model), ctx.compiled.active() if ctx.compiled is not None else nullcontext():
         logprobs, entropy, ran = ctx.parallel.forward(ctx.forward.stats, sub, ctx.objective.entropy)  # FSDP returns a plain tuple
     loss = ctx.objective.loss(whole.tokens(idx, sub, logprobs, entropy), norms)
     loss.value.backward()

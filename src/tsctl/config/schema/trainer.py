@@ -33,6 +33,13 @@ class TrainerConfig:
     and metrics up to float rounding; with ``share_prompts`` the rows of a prompt share its context. On
     CPU the update runs about 1.3x faster on DAPO-like lengths (``bench/rl_step.py --packing-only``).
     Other attention implementations, and rows past a sliding window, keep the padded forward."""
+    compile: bool = False
+    """Compile the update's decoder layers with ``torch.compile`` (:mod:`tsctl.models.compiled`): each layer's
+    elementwise work runs fused between its matmuls, in forward and backward; shapes are dynamic, so one graph
+    serves every micro-batch. The first update also compiles (seconds to a minute, logged as ``time/compile``,
+    the graphs built as ``compile/graphs``); the rollout engine, the recomputes and the evaluation run uncompiled.
+    Log-probs and gradients equal the uncompiled ones to float rounding. On the CPU it needs a C++ compiler. Not
+    under ``torchrun``."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them (HF gradient
     checkpointing, non-reentrant): much less activation memory for about one more forward. The training
