@@ -10,6 +10,7 @@ its input.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -108,7 +109,7 @@ def stop(clean: bool = True) -> None:
     On a clean exit every rank first waits for the others (a barrier), so that none tears down its gloo
     connections while a peer is still finishing its last collective (the peer then aborts). After an error
     no rank waits: the others may never come, and ``torchrun`` stops them when this one exits. Then the
-    actions given to :func:`before_leaving` run.
+    actions given to :func:`before_leaving` run, and a rank that left waits :data:`GLOO_GRACE_S` before it may exit.
 
     Outside ``torchrun`` a process group may still exist: one vLLM engine in the process made its own (a world of
     one) and leaves it when the engine shuts down at exit; destroying it here would make that shutdown fail.
@@ -121,7 +122,18 @@ def stop(clean: bool = True) -> None:
         _leaving.pop()()
     if joined and dist.is_initialized():  # a vLLM engine's shutdown above may have left it already
         dist.destroy_process_group()
+    if joined:
+        time.sleep(GLOO_GRACE_S)  # the GIL released: gloo's workers drop their finished collectives now, not at exit
     _current = SINGLE
+
+
+GLOO_GRACE_S = 0.5
+"""Seconds :func:`stop` waits, the GIL released, after leaving the process group. A gloo worker thread destroys each
+collective after the caller has seen it complete, and a collective holds its tensors, whose Python objects that thread
+can release only under the GIL. The process group itself outlives :func:`stop` (DTensor's caches keep its device
+mesh), so nothing joins those threads: a process that went straight on to exit could reach interpreter finalization
+first, and the worker, taking the GIL then, ends the process with ``terminate called without an active exception``
+(SIGABRT; its core shows ``~AsyncBarrierWork`` -> ``decref_pyobject`` -> ``take_gil`` -> ``pthread_exit``)."""
 
 
 _leaving: list[Callable[[], None]] = []
