@@ -17,6 +17,10 @@ forward and backward of the same one-row input on every rank, whose loss is mult
 (:func:`reduce_gradients`): that backward reduce-scatters what every rank accumulated, adding exact
 zeros, in the same order on every rank.
 
+LoRA (``model.lora``): the adapter is injected before sharding, so a decoder layer's unit holds its frozen
+base weights and its trainable ``lora_A``/``lora_B`` together; FSDP2 shards both and reduce-scatters only
+the gradients that exist (the adapter's), and the optimiser holds the adapter's shards alone.
+
 Precision: with ``param_dtype`` (bf16 compute on GPU) units all-gather and compute in it while the
 fp32 shards stay the master weights and gradients reduce in fp32 (``MixedPrecisionPolicy``).
 """
@@ -98,12 +102,16 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
-def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def full_tensors(model: torch.nn.Module, frozen: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """``model``'s state dict as ``(name, whole tensor)`` pairs, each parameter once (a tied one under its first
-    name), gathered one at a time (a collective: every rank iterates to the end, in the same order)."""
+    name), gathered one at a time (a collective: every rank iterates to the end, in the same order).
+
+    ``frozen=False`` leaves out the parameters that do not require grad (a LoRA policy's base weights, which no
+    update changes): a LoRA policy's gather is its adapter's ``lora_A`` [r, in] and ``lora_B`` [out, r] alone.
+    """
     seen: set[int] = set()
     for name, value in model.state_dict(keep_vars=True).items():
-        if id(value) in seen:
+        if id(value) in seen or (not frozen and isinstance(value, torch.nn.Parameter) and not value.requires_grad):
             continue
         seen.add(id(value))
         yield name, full_tensor(value.detach())

@@ -23,7 +23,9 @@ identity), so a plain ``tsctl train`` computes exactly what it always did.
   on GPU, float32 on CPU; :attr:`inference`): the ``hf`` engine samples with it and every no-grad
   forward runs on it (no collective, so ranks may run different numbers of them). After each update
   the FSDP shards are gathered with ``full_tensor()``, one tensor at a time, into it, and the engine
-  loads it (:meth:`sync_engine`; vLLM gets it cast to its dtype, as on one GPU).
+  loads it (:meth:`sync_engine`; vLLM gets it cast to its dtype, as on one GPU). With ``model.lora`` only the
+  adapter is gathered (the base weights are frozen, the copy's never go stale); the ``hf`` engine decodes the
+  copy with the adapter merged, vLLM loads the adapter alone. The KL reference is this copy with its adapter off.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ class DataParallel(Parallel):
     def sync_engine(self, engine: Engine) -> None:
         own = self.inference.state_dict()
         with torch.no_grad():
-            for name, tensor in fsdp.full_tensors(self.model):  # one whole tensor at a time, never the whole model twice
+            # one whole tensor at a time, never the whole model twice; frozen weights (a LoRA policy's base) never change
+            for name, tensor in fsdp.full_tensors(self.model, frozen=False):
                 own[name].copy_(tensor)
         engine.load_weights(own)

@@ -30,7 +30,6 @@ from tsctl.engines.factory import build_engine, logs_dir
 from tsctl.io import faults
 from tsctl.models.batch import collate
 from tsctl.models.compiled import CompiledLayers, CompileStats, compile_stats
-from tsctl.models.lora import lora_on
 from tsctl.models.precision import compute_dtype, model_device
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
@@ -69,8 +68,6 @@ def setup(
     checkpoint to resume; sharded over ``world`` under ``torchrun``), its engine, the task's train
     split, the optimiser, the KL reference (from ``base``) and, in a Thinking Seeds run, the seed
     bank of the run folder ``located``."""
-    if world.distributed and lora_on(cfg.model.lora):
-        raise ConfigError("model.lora", "LoRA training under torchrun (FSDP2) is not supported; run it as one process (tsctl train) or set model.lora.rank=0")
     if world.distributed and cfg.trainer.compile:
         raise ConfigError("trainer.compile", "compiling the update under torchrun (FSDP2) is not supported; run it as one process (tsctl train) or set trainer.compile=false")
     model, tokenizer = load_trainable(cfg, path, base)
@@ -87,7 +84,7 @@ def setup(
     problems = task.problems("train")
     task.problems("heldout")  # checked now, not at the first evaluation
     optimizer, scheduler = make_optimizer(cfg, model)
-    ref_model = load_reference(cfg, base, model)
+    ref_model = load_reference(cfg, base, parallel.inference)  # a LoRA reference: the unsharded copy, adapter off
     seeds = SeedBank(located.path / "seeds", cfg, formatter, task, problems, located.checkpoints, base) if uses_seeds(cfg) else None
     guard = NonFiniteGuard(cfg.trainer.nonfinite, cfg.trainer.max_nonfinite_skips)
     compiled = CompiledLayers(model) if cfg.trainer.compile else None
