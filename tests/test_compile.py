@@ -116,9 +116,12 @@ def test_compiling_under_torchrun_is_refused_in_one_line():
         setup(cfg, "unused", "unused", None, World(rank=0, size=2))
 
 
-def run_update(compile_layers: bool) -> tuple[dict, list[torch.Tensor]]:
-    """One policy update (2 mini-batches, packed, prompts shared) of the same model and batch: its metrics and weights."""
+def run_update(compile_layers: bool, checkpointing: bool = False, wrap=None) -> tuple[dict, list[torch.Tensor]]:
+    """One policy update (2 mini-batches, packed, prompts shared) of the same model and batch: its metrics and weights
+    (``wrap``: applied to the compiled layers before the update)."""
     model = tiny_model().train()
+    if checkpointing:
+        enable_activation_checkpointing(model)
     cfg = TsctlConfig()
     cfg.trainer.mini_batches = 2
     batch = batch_of(BATCH)
@@ -128,8 +131,23 @@ def run_update(compile_layers: bool) -> tuple[dict, list[torch.Tensor]]:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     ctx = update_context(cfg, model, optimizer, scheduler)
     ctx.compiled = CompiledLayers(model) if compile_layers else None
+    if wrap is not None:
+        wrap(ctx.compiled)
     metrics = update(ctx, batch, old).means()
     return metrics, [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_checkpointed_compiled_update_recomputes_its_layers_compiled_in_backward():
+    calls: list[int] = []
+
+    def count(layers: CompiledLayers) -> None:
+        layers._compiled = [lambda *a, c=c, i=i, **k: (calls.append(i), c(*a, **k))[1] for i, c in enumerate(layers._compiled)]
+
+    eager, eager_weights = run_update(False, checkpointing=True)
+    compiled, compiled_weights = run_update(True, checkpointing=True, wrap=count)
+    assert calls.count(0) == calls.count(1) == 2 * 2  # each of 2 mini-batches: the forward, then its recompute in backward
+    for a, b in zip(eager_weights, compiled_weights):
+        torch.testing.assert_close(b, a, rtol=0, atol=TOL)
 
 
 def test_a_compiled_update_takes_the_eager_optimiser_steps():

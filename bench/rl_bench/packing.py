@@ -63,7 +63,7 @@ def packing_sides(s: Settings, model_dir: Path, problems: list[Problem], compile
     with torch.no_grad():
         old = pi_b_on_prefix(Forward(s.temperature).recompute(model.eval(), batch)[0], batch)
 
-    layers = CompiledLayers(model)
+    layers = CompiledLayers(model) if compiled else None
 
     def side(pack_rows: bool, share: bool, compile_layers: bool) -> Callable[[], dict]:
         cfg = TsctlConfig()

@@ -139,7 +139,7 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
             if ctx.ref_model is not None:
                 ref = parallel.map_rows(lambda rows: (reference_logprobs(ctx.ref_model, rows, ctx.forward, cfg.algo.ref_placement),), batch)[0]
 
-        compiled_before = compile_stats()
+        compiled_before = compile_stats() if ctx.compiled is not None else None
         with timed(timings, "time/update"):
             update = policy_update(ctx, batch, old, ref, step)
         with timed(timings, "time/weight_sync"):
@@ -158,7 +158,7 @@ def train_step(step: int, ctx: StepContext) -> dict[str, float]:
         "samples": len(samples),
         "generate_tokens_per_s": generated / max(timings["time/generate"], 1e-9),
         "train_tokens_per_s": trained / max(timings["time/update"], 1e-9),
-        **(_compile_metrics(compiled_before) if ctx.compiled is not None else {}),
+        **(_compile_metrics(compiled_before) if compiled_before is not None else {}),
     }
 
 

@@ -150,10 +150,12 @@ def _micro_batch(ctx: StepContext, whole: _Step, idx: torch.Tensor, norms: Norms
     """Forward and backward of the rows ``idx`` with the mini-batch's ``norms``; their metrics go to ``pending``.
     Returns the detached loss."""
     sub = whole.batch.rows(idx)
-    with ctx.forward.autocast(ctx.model), ctx.compiled.active() if ctx.compiled is not None else nullcontext():
-        logprobs, entropy, ran = ctx.parallel.forward(ctx.forward.stats, sub, ctx.objective.entropy)  # FSDP returns a plain tuple
-    loss = ctx.objective.loss(whole.tokens(idx, sub, logprobs, entropy), norms)
-    loss.value.backward()
+    # backward too: activation checkpointing recomputes the layers there, as the forward ran them
+    with ctx.compiled.active() if ctx.compiled is not None else nullcontext():
+        with ctx.forward.autocast(ctx.model):
+            logprobs, entropy, ran = ctx.parallel.forward(ctx.forward.stats, sub, ctx.objective.entropy)  # FSDP returns a plain tuple
+        loss = ctx.objective.loss(whole.tokens(idx, sub, logprobs, entropy), norms)
+        loss.value.backward()
     pending.add("forward_token_share", ran, int(sub.attention_mask.sum()))
     _record(pending, loss, sub, ctx)
     return loss.value.detach().float()
