@@ -64,6 +64,8 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-collapse-controller": Sweep("Countdown at lr 2e-4: ratio 25 with the seed controller (truncation=target_pass)",
                                            [*COLLAPSE, *KEPT, "ratio=25", "refresh=25", "truncation=target_pass"], "ratio=25", 5),
     "countdown-dose-lr3e-4": Sweep("Countdown at lr 3e-4, 200 steps: ratio 0 and 25", ["task=countdown", "trainer.lr=3e-4", "trainer.steps=200", *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
+    # the default settings again, from a warm-up model that is kept and scored (countdown-ratio's was not kept)
+    "countdown-default-base": Sweep("Countdown at the default settings (lr 5e-5, 400 steps): ratio 0 and 25", ["task=countdown", "ratio=0,25"], "ratio=0", 5),
 }
 """name -> the sweep. Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
@@ -161,6 +163,17 @@ SECTIONS: dict[str, Section] = {
         "at a pass rate of 0.5) leave fewer groups without reward variance than uniform cuts of the latest snapshot's "
         "responses, and does it change held-out pass@8 against ratio 25 and against ratio 0?",
         training=True,
+    ),
+    "countdown-default": Section(
+        "Countdown at the default settings (lr 5e-5, 400 steps), against the model the runs started from",
+        [
+            Arm("ratio 0", "countdown-default-base", "ratio=0"),
+            Arm("ratio 25", "countdown-default-base", "ratio=25"),
+        ],
+        [Primary("ratio 25", "ratio 0", "pass@8")],
+        "At the default settings, does ratio 25 change held-out pass@8 against ratio 0, and where does each end against "
+        "the warmed-up model it started from? (Countdown's off-policy ratio sweep asked the first at these settings, "
+        "from a warm-up model whose weights were not kept, so it could not answer the second.)",
     ),
 }
 """name -> a section built from arms. The sweeps no section names are sections of their own (their table's
