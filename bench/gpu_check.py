@@ -24,6 +24,9 @@ Printed at the end, on stdout, as one JSON object (the same keys on CPU and GPU)
   (``abs_mean``, ``abs_max``, signed ``mean``, ``ratio_mean`` of ``exp(engine - trainer)``);
 - ``rollout_tokens_per_s``, ``update_tokens_per_s`` (medians over the steps);
 - ``peak_memory_gib`` (CUDA: ``torch.cuda.max_memory_allocated``; CPU: peak resident set);
+- ``compile_seconds``, ``compile_graphs``: with ``--compile`` (``trainer.compile``: the update's decoder layers
+  compiled, :mod:`tsctl.models.compiled`), the seconds the update spent compiling (mostly the first step's,
+  which the medians above leave out once there are 3 steps or more) and the graphs compiled; ``null`` without;
 - ``update_mfu``: model FLOPs of the update (``6 P_layers sum l + 12 L d sum l^2 + 6 d V R`` for rows
   of ``l`` tokens and ``R`` response tokens; recomputation and padding not counted) per second of
   ``time/update``, over ``peak_tflops`` (the device's dense bf16 peak when known, else a measured
@@ -35,6 +38,7 @@ Printed at the end, on stdout, as one JSON object (the same keys on CPU and GPU)
 
     python bench/gpu_check.py                                 # CUDA, 0.5B model, a few minutes on an H200
     python bench/gpu_check.py --device cpu --size tiny        # seconds, on any machine
+    python bench/gpu_check.py --size 1.5b --compile           # the update compiled (run it beside one without)
 
 It checks the code of the checkout it sits in (it puts the checkout's ``src/`` first on the path), so it
 runs from a checkout that was never installed too.
@@ -74,6 +78,7 @@ from tsctl.config.schema import TsctlConfig  # noqa: E402
 from tsctl.distributed.world import backend  # noqa: E402
 from tsctl.engines.factory import build_engine  # noqa: E402
 from tsctl.io.shards import read_shard  # noqa: E402
+from tsctl.models.compiled import CompiledLayers  # noqa: E402
 from tsctl.models.precision import compute_dtype  # noqa: E402
 from tsctl.models.prompts import PromptFormatter  # noqa: E402
 from tsctl.models.tokenizer import build_char_tokenizer  # noqa: E402
@@ -127,6 +132,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True, help="trainer.pack: padding-free micro-batches (default on)")
     parser.add_argument("--ratio", type=float, default=25.0, help="off-policy ratio (0: no seeds, half the generation)")
     parser.add_argument("--time-budget", type=float, default=420.0, help="seconds; a step that would end past them is not started")
+    parser.add_argument("--compile", action="store_true", help="trainer.compile: compile the update's decoder layers (torch.compile)")
     parser.add_argument("--skip-vllm", action="store_true", help="skip the vLLM run even when vLLM is importable")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
     args = parser.parse_args(argv)
@@ -171,7 +177,7 @@ def make_config(args: argparse.Namespace, model_dir: Path, engine: str = "hf") -
     tr.steps, tr.batch_size, tr.n, tr.mini_batches = args.steps, args.batch_size, args.n, 2
     tr.lr, tr.warmup_steps, tr.old_logprobs = 1e-6, 0, "recompute"
     tr.gradient_checkpointing, tr.micro_batch_tokens, tr.micro_batch_size = True, args.micro_batch_tokens, args.micro_batch_size
-    tr.pack = args.pack
+    tr.pack, tr.compile = args.pack, args.compile
     tr.eval_every = 0
     return cfg
 
@@ -228,7 +234,8 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
     optimizer, scheduler = make_optimizer(cfg, model)
     seeds = SeedBank(work / f"seeds-{cfg.engine.name}", cfg, formatter, task, problems, work / f"checkpoints-{cfg.engine.name}", cfg.model.path) if uses_seeds(cfg) else None
     rollouts = work / f"rollouts-{cfg.engine.name}"
-    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds=seeds, rollouts_dir=rollouts)
+    compiled = CompiledLayers(model) if cfg.trainer.compile else None
+    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds=seeds, rollouts_dir=rollouts, compiled=compiled)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     peak, peak_source, measured = peak_tflops(args.device)
     if args.device == "cuda":
@@ -248,7 +255,7 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
         per_step.append({
             "step": step + 1, "seconds": time.perf_counter() - t0, "time_generate": record["time/generate"],
             "time_update": record["time/update"], "rollout_tokens_per_s": record["generate_tokens_per_s"],
-            "update_tokens_per_s": record["train_tokens_per_s"], "update_tflops": tflops,
+            "update_tokens_per_s": record["train_tokens_per_s"], "update_tflops": tflops, "time_compile": record.get("time/compile"),
             "pg_loss": record.get("pg_loss"), "grad_norm": record.get("grad_norm"),
             "logprob_gap_abs_mean": record.get("logprob_gap/abs_mean"), "reward_mean": record["reward/mean"],
             "peak_memory_gib": peak_memory_gib(args.device),  # so far: a run stopped later still tells it
@@ -280,6 +287,8 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
         "peak_source": peak_source,
         "matmul_tflops": measured,
         "peak_memory_gib": peak_memory_gib(args.device),
+        "compile_seconds": sum(r["time/compile"] for r in records) if compiled is not None else None,
+        "compile_graphs": records[-1]["compile/graphs"] if compiled is not None and records else None,
         "per_step": per_step,
         "_policy": (model, tokenizer),
     }
@@ -331,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_requested": args.steps, "steps_done": 0, "loss_finite": False, "parameters_changed": False,
         "changed_fraction": None, "max_abs_change": None, "logprob_gap": None, "rollout_tokens_per_s": None,
         "update_tokens_per_s": None, "update_tflops": None, "update_mfu": None, "peak_tflops": None, "peak_source": None,
-        "matmul_tflops": None, "peak_memory_gib": None, "process_group": None, "per_step": [], "vllm": None, "seconds": {}, "error": None,
+        "matmul_tflops": None, "peak_memory_gib": None, "compile_seconds": None, "compile_graphs": None, "process_group": None, "per_step": [], "vllm": None, "seconds": {}, "error": None,
     }
     with tempfile.TemporaryDirectory(prefix="tsctl-gpu-check-") as tmp, contextlib.redirect_stdout(sys.stderr):
         work = Path(tmp)

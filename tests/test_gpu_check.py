@@ -18,7 +18,7 @@ KEYS = {
     "ok", "device", "device_name", "torch", "transformers", "python", "settings", "model", "steps_requested", "steps_done",
     "loss_finite", "parameters_changed", "changed_fraction", "max_abs_change", "logprob_gap", "rollout_tokens_per_s",
     "update_tokens_per_s", "update_tflops", "update_mfu", "peak_tflops", "peak_source", "matmul_tflops", "peak_memory_gib",
-    "process_group", "per_step", "vllm", "seconds", "error",
+    "compile_seconds", "compile_graphs", "process_group", "per_step", "vllm", "seconds", "error",
 }
 
 
@@ -46,16 +46,23 @@ def test_gpu_check_runs_on_cpu_and_reports_every_key(tmp_path):
     assert result["process_group"] == {"backend": "gloo", "cpu_all_reduce": True}
     assert result["model"]["vocab_size"] == 512 and result["vllm"] == {"skipped": "cpu run"}
     assert result["settings"]["pack"] is True  # the packed update is the one measured
+    assert result["compile_seconds"] is None and result["compile_graphs"] is None and result["per_step"][0]["time_compile"] is None
 
 
 @pytest.mark.slow
-def test_gpu_check_without_seeds_runs_no_seed_bank(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--size", "tiny", "--steps", "1", "--ratio", "0", "--micro-batch-size", "2"]
+def test_gpu_check_without_seeds_and_compiled_runs_no_seed_bank(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--size", "tiny", "--steps", "2", "--ratio", "0", "--micro-batch-size", "2",
+           "--compile"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     result = json.loads(proc.stdout)
     assert proc.returncode == 0 and result["error"] is None, result.get("traceback")
-    assert result["steps_done"] == 1 and result["settings"]["ratio"] == 0 and result["settings"]["micro_batch_size"] == 2
+    assert result["steps_done"] == 2 and result["settings"]["ratio"] == 0 and result["settings"]["micro_batch_size"] == 2
+    # the update compiled in its first step: one graph for its packed blocks, and a second one because a micro-batch
+    # of one block has a batch size of 1, which torch.compile specialises; the second step compiles nothing new
+    assert result["settings"]["compile"] is True and result["compile_graphs"] == 2
+    first, second = (s["time_compile"] for s in result["per_step"])
+    assert first > 0 and second == 0 and result["compile_seconds"] == pytest.approx(first)
 
 
 def load_script():
@@ -72,7 +79,7 @@ def test_the_configs_it_runs_are_valid(device, monkeypatch):
     args = gpu_check.parse_args(["--device", device])
     for engine in ("hf", "vllm"):
         cfg = check(gpu_check.make_config(args, Path("model"), engine))
-        assert (cfg.ratio, cfg.trainer.old_logprobs, cfg.engine.name) == (25.0, "recompute", engine)
+        assert (cfg.ratio, cfg.trainer.old_logprobs, cfg.engine.name, cfg.trainer.compile) == (25.0, "recompute", engine, False)
     assert (args.size, args.steps) == (("0.5b", 4) if device == "cuda" else ("tiny", 2))
 
 
