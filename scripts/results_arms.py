@@ -83,16 +83,23 @@ def warmup_point(points: list[Point], figures: Path, scratch: Path) -> Optional[
     return Point(WARMUP, {"arm": WARMUP}, runs, runs)
 
 
-def no_warmup_lines(points: list[Point], sweeps: list[str]) -> list[str]:
-    """Why a section built from ``points`` (of the sweeps ``sweeps``) has no warm-up row (:func:`warmup_point` gave None)."""
+def no_warmup_lines(points: list[Point], sweeps: list[str], again: Optional[Section] = None) -> list[str]:
+    """Why a section built from ``points`` (of the sweeps ``sweeps``) has no warm-up row (:func:`warmup_point` gave None),
+    and, when ``again`` is given, which section trains its configuration again from a kept and scored warm-up model."""
     digests = sorted({r.base_weights for p in points for r in p.used if r.base_weights})
     if not digests:
-        return ["Its runs did not record the weights of the warm-up model they started from, so it has no warm-up row.", ""]
-    if len(digests) > 1:
-        return [f"Its runs started from {len(digests)} warm-up models ({', '.join(digests)}), so it has no one warm-up row.", ""]
-    return [f"The warm-up model its runs started from (weights {digests[0]}) has no scored record in `docs/results/warmup/`, "
-            f"so it has no warm-up row: `python scripts/results.py --score-only --only {' '.join(sweeps)}` scores it on a "
-            "machine whose warm-up gives those weights, or with `--warmup-model` and a folder of them.", ""]
+        lines = ["Its runs did not record the weights of the warm-up model they started from, so it has no warm-up row."]
+    elif len(digests) > 1:
+        lines = [f"Its runs started from {len(digests)} warm-up models ({', '.join(digests)}), so it has no one warm-up row."]
+    else:
+        lines = [f"The warm-up model its runs started from (weights {digests[0]}) has no scored record in `docs/results/warmup/`, "
+                 f"so it has no warm-up row: `python scripts/results.py --score-only --only {' '.join(sweeps)}` scores it on a "
+                 "machine whose warm-up gives those weights, or with `--warmup-model` and a folder of them."]
+    if again is not None:
+        arms = ", ".join(arm.label for arm in again.arms)
+        lines.append(f"Section \"{again.title}\" trains {arms} again, from a warm-up model that is kept and scored: its "
+                     "warm-up row and each arm against it are there.")
+    return [" ".join(lines), ""]
 
 
 def all_values(run: Run) -> dict[str, float]:

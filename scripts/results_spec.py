@@ -29,12 +29,15 @@ class Sweep:
         baseline: the point its section's table compares the others with (``key=value``).
         seeds: how many seeds each point runs; None: ``--seeds`` for a ratio sweep (a name ending in
             ``-ratio``), ``--ablation-seeds`` for the others.
+        trained_again: the :data:`SECTIONS` entry that trains points of this sweep again from a warm-up model that
+            is kept and scored (for a sweep whose own warm-up model was not kept, so that it has no warm-up row).
     """
 
     title: str
     overrides: list[str]
     baseline: str
     seeds: Optional[int] = None
+    trained_again: str = ""
 
 
 COLLAPSE = ["task=countdown", "trainer.lr=2e-4", "trainer.steps=200"]
@@ -43,7 +46,7 @@ KEPT = ["trainer.keep_checkpoints=0"]
 """Every checkpoint kept (one each 25 steps), so that each can be scored for the pass@k trajectory."""
 
 SWEEPS: dict[str, Sweep] = {
-    "countdown-ratio": Sweep("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0"),
+    "countdown-ratio": Sweep("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0", trained_again="countdown-default"),
     "arithmetic-ratio": Sweep("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
     "countdown-truncation": Sweep("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
     "countdown-refresh": Sweep("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
@@ -211,13 +214,14 @@ README_QUOTES = [
     Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=50", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"arithmetic, {DEFAULT}", "arithmetic-ratio", "ratio=25", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"arithmetic, {DEFAULT}", "arithmetic-ratio", "ratio=50", "ratio=0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 25", "ratio 0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=25", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=50", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "ratio 0", "pass@8"),
     Quote(SEEDS_VS_DAPO, "countdown, lr 1e-4, 200 steps, refresh 25", "countdown-dose", "lr 1e-4, ratio 25", "lr 1e-4, ratio 0", "pass@8"),
     Quote(SEEDS_VS_DAPO, "countdown, lr 3e-4, 200 steps, refresh 25", "countdown-dose", "lr 3e-4, ratio 25", "lr 3e-4, ratio 0", "pass@8"),
-    Quote(AGAINST_WARMUP, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=0", "warm-up", "pass@8"),
-    Quote(AGAINST_WARMUP, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=25", "warm-up", "pass@8"),
+    Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 0", "warm-up", "pass@8"),
+    Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 25", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 0", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "warm-up", "pass@8"),
     *(Quote(MECHANISM, f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controls", control, "ratio 25", "pass@8") for control in CONTROLS),
