@@ -56,7 +56,7 @@ from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, no_warmup_lines, untested, warmup_point  # noqa: E402  (this script's own folder)
 from results_scoring import WARMUP, score_trajectory, score_warmup  # noqa: E402
-from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL  # noqa: E402
+from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL, Section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -280,6 +280,12 @@ def score(name: str, seeds: int, runs_dir: str, warmup_model: Optional[Path] = N
             print(f"{name}: {run.name}: {len(written)} checkpoint(s) scored", flush=True)
 
 
+def trained_again(name: str) -> Optional[tuple[Section, list[str]]]:
+    """The section and arm labels that train sweep ``name``'s points again from a kept warm-up model (None: none does)."""
+    again = SWEEPS[name].trained_again
+    return (SECTIONS[again.section], again.arms) if again is not None else None
+
+
 def started_from(run: Path) -> Optional[str]:
     """The built-in weights' digest the run (or record) folder ``run`` started from, None when not recorded."""
     return base_weights(RunDir(run).manifest())
@@ -316,7 +322,7 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])
-    lines += md_table(*table_rows(shown)) + ["", notes(summary), ""] + (no_warmup_lines(points, [name], SECTIONS.get(SWEEPS[name].trained_again)) if warm is None else [])
+    lines += md_table(*table_rows(shown)) + ["", notes(summary), ""] + (no_warmup_lines(points, [name], trained_again(name)) if warm is None else [])
     if rows:
         lines += [f"Paired against {baseline}:", "", *md_table(*comparison_rows(rows)), ""]
         lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]

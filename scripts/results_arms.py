@@ -83,9 +83,10 @@ def warmup_point(points: list[Point], figures: Path, scratch: Path) -> Optional[
     return Point(WARMUP, {"arm": WARMUP}, runs, runs)
 
 
-def no_warmup_lines(points: list[Point], sweeps: list[str], again: Optional[Section] = None) -> list[str]:
+def no_warmup_lines(points: list[Point], sweeps: list[str], again: Optional[tuple[Section, list[str]]] = None) -> list[str]:
     """Why a section built from ``points`` (of the sweeps ``sweeps``) has no warm-up row (:func:`warmup_point` gave None),
-    and, when ``again`` is given, which section trains its configuration again from a kept and scored warm-up model."""
+    and, when ``again`` (a section and the labels of its arms) is given, where those arms train its points again from a
+    kept and scored warm-up model."""
     digests = sorted({r.base_weights for p in points for r in p.used if r.base_weights})
     if not digests:
         lines = ["Its runs did not record the weights of the warm-up model they started from, so it has no warm-up row."]
@@ -96,9 +97,9 @@ def no_warmup_lines(points: list[Point], sweeps: list[str], again: Optional[Sect
                  f"so it has no warm-up row: `python scripts/results.py --score-only --only {' '.join(sweeps)}` scores it on a "
                  "machine whose warm-up gives those weights, or with `--warmup-model` and a folder of them."]
     if again is not None:
-        arms = ", ".join(arm.label for arm in again.arms)
-        lines.append(f"Section \"{again.title}\" trains {arms} again, from a warm-up model that is kept and scored: its "
-                     "warm-up row and each arm against it are there.")
+        section, arms = again
+        lines.append(f"Section \"{section.title}\" trains {' and '.join(arms)} again at these settings, from a warm-up model that is "
+                     "kept and scored: its warm-up row and each of those arms against it are there.")
     return [" ".join(lines), ""]
 
 

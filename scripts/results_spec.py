@@ -20,6 +20,19 @@ WARMUP_MODEL = "{warmup}"
 
 
 @dataclass(frozen=True)
+class TrainedAgain:
+    """Points of a sweep trained again, at the same settings, as arms of a section whose warm-up model is kept.
+
+    Attributes:
+        section: the :data:`SECTIONS` entry.
+        arms: the labels of its arms that train the sweep's points again.
+    """
+
+    section: str
+    arms: list[str]
+
+
+@dataclass(frozen=True)
 class Sweep:
     """One ``tsctl ablate`` grid of the page.
 
@@ -29,15 +42,15 @@ class Sweep:
         baseline: the point its section's table compares the others with (``key=value``).
         seeds: how many seeds each point runs; None: ``--seeds`` for a ratio sweep (a name ending in
             ``-ratio``), ``--ablation-seeds`` for the others.
-        trained_again: the :data:`SECTIONS` entry that trains points of this sweep again from a warm-up model that
-            is kept and scored (for a sweep whose own warm-up model was not kept, so that it has no warm-up row).
+        trained_again: where points of this sweep are trained again from a warm-up model that is kept and scored
+            (for a sweep whose own warm-up model was not kept, so that it has no warm-up row).
     """
 
     title: str
     overrides: list[str]
     baseline: str
     seeds: Optional[int] = None
-    trained_again: str = ""
+    trained_again: Optional[TrainedAgain] = None
 
 
 COLLAPSE = ["task=countdown", "trainer.lr=2e-4", "trainer.steps=200"]
@@ -46,14 +59,16 @@ KEPT = ["trainer.keep_checkpoints=0"]
 """Every checkpoint kept (one each 25 steps), so that each can be scored for the pass@k trajectory."""
 
 SWEEPS: dict[str, Sweep] = {
-    "countdown-ratio": Sweep("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0", trained_again="countdown-default"),
+    "countdown-ratio": Sweep("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0",
+                             trained_again=TrainedAgain("countdown-default", ["ratio 0", "ratio 25"])),
     "arithmetic-ratio": Sweep("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
     "countdown-truncation": Sweep("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
     "countdown-refresh": Sweep("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
     "countdown-selectors": Sweep("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
                                  ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
     "countdown-collapse-ratio": Sweep("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
-                                      [*COLLAPSE, "refresh=25", "ratio=0,25,50"], "ratio=0"),
+                                      [*COLLAPSE, "refresh=25", "ratio=0,25,50"], "ratio=0",
+                                      trained_again=TrainedAgain("countdown-collapse-controls", ["ratio 0", "ratio 25"])),
     # the mechanism controls, the dose-response and the trajectory (5 seeds each, every checkpoint kept)
     "countdown-collapse-base": Sweep("Countdown at lr 2e-4: ratio 0 and 25, every checkpoint kept", [*COLLAPSE, *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
     "countdown-collapse-refresh10": Sweep("Countdown at lr 2e-4: ratio 25 with seeds up to 10 steps old", [*COLLAPSE, *KEPT, "ratio=25", "refresh=10"], "ratio=25", 5),

@@ -195,5 +195,6 @@ def test_a_section_without_a_scored_warm_up_says_why_it_has_no_warm_up_row(resul
     assert "Its runs started from 2 warm-up models (d1d1d1d1d1d1, e2e2e2e2e2e2), so it has no one warm-up row." in ratio
     # the sweep its spec says is trained again from a kept warm-up points to the section that does it
     assert ('so it has no one warm-up row. Section "Countdown at the default settings (lr 5e-5, 400 steps), against the model '
-            'the runs started from" trains ratio 0, ratio 25 again, from a warm-up model that is kept and scored') in ratio
-    assert "trains ratio 0, ratio 25 again" not in controls
+            'the runs started from" trains ratio 0 and ratio 25 again at these settings, from a warm-up model that is kept and '
+            'scored') in ratio
+    assert "again at these settings" not in controls
