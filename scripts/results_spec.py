@@ -82,6 +82,7 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-collapse-controller": Sweep("Countdown at lr 2e-4: ratio 25 with the seed controller (truncation=target_pass)",
                                            [*COLLAPSE, *KEPT, "ratio=25", "refresh=25", "truncation=target_pass"], "ratio=25", 5),
     "countdown-dose-lr3e-4": Sweep("Countdown at lr 3e-4, 200 steps: ratio 0 and 25", ["task=countdown", "trainer.lr=3e-4", "trainer.steps=200", *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
+    "countdown-collapse-ratio50": Sweep("Countdown at lr 2e-4: ratio 50, every checkpoint kept", [*COLLAPSE, *KEPT, "refresh=25", "ratio=50"], "ratio=50", 5),
     # the default settings again, from a warm-up model that is kept and scored (countdown-ratio's was not kept)
     "countdown-default-base": Sweep("Countdown at the default settings (lr 5e-5, 400 steps): ratio 0 and 25", ["task=countdown", "ratio=0,25"], "ratio=0", 5),
 }
@@ -181,6 +182,18 @@ SECTIONS: dict[str, Section] = {
         "at a pass rate of 0.5) leave fewer groups without reward variance than uniform cuts of the latest snapshot's "
         "responses, and does it change held-out pass@8 against ratio 25 and against ratio 0?",
         training=True,
+    ),
+    "countdown-collapse-ratio50": Section(
+        "Where plain DAPO degrades (countdown, lr 2e-4, 200 steps): ratio 50 beside ratio 0 and 25",
+        [
+            Arm("ratio 0", "countdown-collapse-base", "ratio=0"),
+            Arm("ratio 25", "countdown-collapse-base", "ratio=25"),
+            Arm("ratio 50", "countdown-collapse-ratio50"),
+        ],
+        [Primary("ratio 50", "ratio 0", "pass@8")],
+        "Does ratio 50, which the first sweep in this regime had ahead of ratio 0 on held-out pass@8 (from a warm-up model "
+        "that was not kept), stay ahead when trained from the kept warm-up model beside the rerun ratio 0 and 25, and where "
+        "does it end against that model? (ratio 25 against ratio 0 is the controls section's primary comparison.)",
     ),
     "countdown-default": Section(
         "Countdown at the default settings (lr 5e-5, 400 steps), against the model the runs started from",
