@@ -98,7 +98,8 @@ def no_warmup_lines(points: list[Point], sweeps: list[str], again: Optional[tupl
                  "machine whose warm-up gives those weights, or with `--warmup-model` and a folder of them."]
     if again is not None:
         section, arms = again
-        lines.append(f"Section \"{section.title}\" trains {' and '.join(arms)} again at these settings, from a warm-up model that is "
+        named = " and ".join([", ".join(arms[:-1]), arms[-1]] if len(arms) > 1 else arms)
+        lines.append(f"Section \"{section.title}\" trains {named} again at these settings, from a warm-up model that is "
                      "kept and scored: its warm-up row and each of those arms against it are there.")
     return [" ".join(lines), ""]
 

@@ -68,7 +68,7 @@ SWEEPS: dict[str, Sweep] = {
                                  ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
     "countdown-collapse-ratio": Sweep("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
                                       [*COLLAPSE, "refresh=25", "ratio=0,25,50"], "ratio=0",
-                                      trained_again=TrainedAgain("countdown-collapse-controls", ["ratio 0", "ratio 25"])),
+                                      trained_again=TrainedAgain("countdown-collapse-ratio50", ["ratio 0", "ratio 25", "ratio 50"])),
     # the mechanism controls, the dose-response and the trajectory (5 seeds each, every checkpoint kept)
     "countdown-collapse-base": Sweep("Countdown at lr 2e-4: ratio 0 and 25, every checkpoint kept", [*COLLAPSE, *KEPT, "refresh=25", "ratio=0,25"], "ratio=0", 5),
     "countdown-collapse-refresh10": Sweep("Countdown at lr 2e-4: ratio 25 with seeds up to 10 steps old", [*COLLAPSE, *KEPT, "ratio=25", "refresh=10"], "ratio=25", 5),
@@ -246,6 +246,7 @@ README_QUOTES = [
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=25", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=50", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "ratio 0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-ratio50", "ratio 50", "ratio 0", "pass@8"),
     Quote(SEEDS_VS_DAPO, "countdown, lr 1e-4, 200 steps, refresh 25", "countdown-dose", "lr 1e-4, ratio 25", "lr 1e-4, ratio 0", "pass@8"),
     Quote(SEEDS_VS_DAPO, "countdown, lr 3e-4, 200 steps, refresh 25", "countdown-dose", "lr 3e-4, ratio 25", "lr 3e-4, ratio 0", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 0", "warm-up", "pass@8"),
