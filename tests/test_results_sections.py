@@ -198,3 +198,26 @@ def test_a_section_without_a_scored_warm_up_says_why_it_has_no_warm_up_row(resul
             'the runs started from" trains ratio 0 and ratio 25 again at these settings, from a warm-up model that is kept and '
             'scored') in ratio
     assert "again at these settings" not in controls
+
+
+def test_every_sweep_trained_again_points_to_arms_with_one_of_its_points_settings(results):  # noqa: F811
+    """A sweep's ``trained_again`` names arms of a declared section, each trained at the settings of one of the sweep's
+    points (keeping every checkpoint aside, which changes no training)."""
+    from results_spec import KEPT  # the script's folder is on the path once ``results`` is loaded
+
+    def settings(overrides: list[str], point: str = "") -> dict[str, str]:
+        found = dict(o.split("=", 1) for o in overrides if o not in KEPT)
+        return found | dict([point.split("=", 1)]) if point else found
+
+    pointed = 0
+    for name, sweep in results.SWEEPS.items():
+        if sweep.trained_again is None:
+            continue
+        arms = {arm.label: arm for arm in results.SECTIONS[sweep.trained_again.section].arms}
+        for label in sweep.trained_again.arms:
+            arm = arms[label]
+            again, own = settings(results.SWEEPS[arm.sweep].overrides, arm.point), settings(sweep.overrides)
+            assert set(again) == set(own), (name, label)
+            assert all(again[key] in own[key].split(",") for key in own), (name, label, again, own)
+            pointed += 1
+    assert pointed == 5  # countdown-ratio: ratio 0 and 25; countdown-collapse-ratio: ratio 0, 25 and 50
