@@ -85,6 +85,9 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-collapse-ratio50": Sweep("Countdown at lr 2e-4: ratio 50, every checkpoint kept", [*COLLAPSE, *KEPT, "refresh=25", "ratio=50"], "ratio=50", 5),
     # the default settings again, from a warm-up model that is kept and scored (countdown-ratio's was not kept)
     "countdown-default-base": Sweep("Countdown at the default settings (lr 5e-5, 400 steps): ratio 0 and 25", ["task=countdown", "ratio=0,25"], "ratio=0", 5),
+    "countdown-default-ratio50": Sweep("Countdown at the default settings (lr 5e-5, 400 steps): ratio 50", ["task=countdown", "ratio=50"], "ratio=50", 5),
+    "countdown-default-refresh": Sweep("Countdown at the default settings (lr 5e-5, 400 steps), ratio 25: refresh interval T = 5 and 20",
+                                       ["task=countdown", "ratio=25", "refresh=5,20"], "refresh=5", 3),
 }
 """name -> the sweep. Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
@@ -205,6 +208,31 @@ SECTIONS: dict[str, Section] = {
         "At the default settings, does ratio 25 change held-out pass@8 against ratio 0, and where does each end against "
         "the warmed-up model it started from? (Countdown's off-policy ratio sweep asked the first at these settings, "
         "from a warm-up model whose weights were not kept, so it could not answer the second.)",
+    ),
+    "countdown-default-ratio50": Section(
+        "Countdown at the default settings (lr 5e-5, 400 steps): ratio 50 beside ratio 0 and 25",
+        [
+            Arm("ratio 0", "countdown-default-base", "ratio=0"),
+            Arm("ratio 25", "countdown-default-base", "ratio=25"),
+            Arm("ratio 50", "countdown-default-ratio50"),
+        ],
+        [Primary("ratio 50", "ratio 0", "pass@8")],
+        "At the default settings, does ratio 50 change held-out pass@8 against ratio 0 when trained from the kept warm-up "
+        "model beside the rerun ratio 0 and 25, and where does it end against that model? (Countdown's off-policy ratio "
+        "sweep asked the first from a warm-up model that was not kept; ratio 25 against ratio 0 is the default section's "
+        "primary comparison.)",
+    ),
+    "countdown-default-refresh": Section(
+        "Countdown at the default settings (lr 5e-5, 400 steps), ratio 25: refresh interval T, against the model the runs started from",
+        [
+            Arm("ratio 25, refresh 5", "countdown-default-refresh", "refresh=5"),
+            Arm("ratio 25, refresh 10", "countdown-default-base", "ratio=25"),
+            Arm("ratio 25, refresh 20", "countdown-default-refresh", "refresh=20"),
+        ],
+        [Primary("ratio 25, refresh 5", "ratio 25, refresh 10", "pass@8"), Primary("ratio 25, refresh 20", "ratio 25, refresh 10", "pass@8")],
+        "At the default settings and ratio 25, does refreshing the behaviour snapshot every 5 or every 20 steps, instead of "
+        "every 10, change held-out pass@8, paired by seed, and where does each end against the warmed-up model it started "
+        "from? (Countdown's refresh sweep asked the first from a warm-up model that was not kept.)",
     ),
 }
 """name -> a section built from arms. The sweeps no section names are sections of their own (their table's
