@@ -60,10 +60,11 @@ KEPT = ["trainer.keep_checkpoints=0"]
 
 SWEEPS: dict[str, Sweep] = {
     "countdown-ratio": Sweep("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0",
-                             trained_again=TrainedAgain("countdown-default", ["ratio 0", "ratio 25"])),
+                             trained_again=TrainedAgain("countdown-default-ratio50", ["ratio 0", "ratio 25", "ratio 50"])),
     "arithmetic-ratio": Sweep("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
     "countdown-truncation": Sweep("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
-    "countdown-refresh": Sweep("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10"),
+    "countdown-refresh": Sweep("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10",
+                               trained_again=TrainedAgain("countdown-default-refresh", ["refresh 5", "refresh 10", "refresh 20"])),
     "countdown-selectors": Sweep("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
                                  ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
     "countdown-collapse-ratio": Sweep("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
@@ -225,11 +226,11 @@ SECTIONS: dict[str, Section] = {
     "countdown-default-refresh": Section(
         "Countdown at the default settings (lr 5e-5, 400 steps), ratio 25: refresh interval T, against the model the runs started from",
         [
-            Arm("ratio 25, refresh 5", "countdown-default-refresh", "refresh=5"),
-            Arm("ratio 25, refresh 10", "countdown-default-base", "ratio=25"),
-            Arm("ratio 25, refresh 20", "countdown-default-refresh", "refresh=20"),
+            Arm("refresh 5", "countdown-default-refresh", "refresh=5"),
+            Arm("refresh 10", "countdown-default-base", "ratio=25"),
+            Arm("refresh 20", "countdown-default-refresh", "refresh=20"),
         ],
-        [Primary("ratio 25, refresh 5", "ratio 25, refresh 10", "pass@8"), Primary("ratio 25, refresh 20", "ratio 25, refresh 10", "pass@8")],
+        [Primary("refresh 5", "refresh 10", "pass@8"), Primary("refresh 20", "refresh 10", "pass@8")],
         "At the default settings and ratio 25, does refreshing the behaviour snapshot every 5 or every 20 steps, instead of "
         "every 10, change held-out pass@8, paired by seed, and where does each end against the warmed-up model it started "
         "from? (Countdown's refresh sweep asked the first from a warm-up model that was not kept.)",
@@ -271,6 +272,7 @@ README_QUOTES = [
     Quote(SEEDS_VS_DAPO, f"arithmetic, {DEFAULT}", "arithmetic-ratio", "ratio=25", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"arithmetic, {DEFAULT}", "arithmetic-ratio", "ratio=50", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 25", "ratio 0", "pass@8"),
+    Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT} (rerun)", "countdown-default-ratio50", "ratio 50", "ratio 0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=25", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25", "countdown-collapse-ratio", "ratio=50", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "ratio 0", "pass@8"),
@@ -279,11 +281,14 @@ README_QUOTES = [
     Quote(SEEDS_VS_DAPO, "countdown, lr 3e-4, 200 steps, refresh 25", "countdown-dose", "lr 3e-4, ratio 25", "lr 3e-4, ratio 0", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 0", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 25", "warm-up", "pass@8"),
+    Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default-ratio50", "ratio 50", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 0", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "warm-up", "pass@8"),
     *(Quote(MECHANISM, f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controls", control, "ratio 25", "pass@8") for control in CONTROLS),
     Quote("The seed controller", f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controller", "ratio 25, seed controller", "ratio 25", "zero_variance_groups"),
     Quote("The seed controller", f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controller", "ratio 25, seed controller", "ratio 25", "pass@8"),
+    *(Quote("How often the seeds are refreshed", f"countdown, {DEFAULT}, ratio 25 (rerun)", "countdown-default-refresh", f"refresh {t}",
+            "refresh 10", "pass@8") for t in (5, 20)),
     Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=bandit", "seeds.selector=latest", "pass@8"),
     Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=uniform", "seeds.selector=latest", "pass@8"),
 ]

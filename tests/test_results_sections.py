@@ -194,30 +194,39 @@ def test_a_section_without_a_scored_warm_up_says_why_it_has_no_warm_up_row(resul
     assert "| warm-up |" not in ratio
     assert "Its runs started from 2 warm-up models (d1d1d1d1d1d1, e2e2e2e2e2e2), so it has no one warm-up row." in ratio
     # the sweep its spec says is trained again from a kept warm-up points to the section that does it
-    assert ('so it has no one warm-up row. Section "Countdown at the default settings (lr 5e-5, 400 steps), against the model '
-            'the runs started from" trains ratio 0 and ratio 25 again at these settings, from a warm-up model that is kept and '
+    assert ('so it has no one warm-up row. Section "Countdown at the default settings (lr 5e-5, 400 steps): ratio 50 beside '
+            'ratio 0 and 25" trains ratio 0, ratio 25 and ratio 50 again at these settings, from a warm-up model that is kept and '
             'scored') in ratio
     assert "again at these settings" not in controls
 
 
-def test_every_sweep_trained_again_points_to_arms_with_one_of_its_points_settings(results):  # noqa: F811
-    """A sweep's ``trained_again`` names arms of a declared section, each trained at the settings of one of the sweep's
-    points (keeping every checkpoint aside, which changes no training)."""
+def test_every_sweep_trained_again_points_to_arms_trained_at_one_of_its_points_configs(results):  # noqa: F811
+    """A sweep's ``trained_again`` names arms of a declared section, each of whose composed config is that of one of
+    the sweep's points (keeping every checkpoint aside, which changes no training), so a setting one sweep leaves at
+    its default and the other names (``refresh=10``) counts as the same."""
+    import itertools
+
+    from omegaconf import OmegaConf
     from results_spec import KEPT  # the script's folder is on the path once ``results`` is loaded
 
-    def settings(overrides: list[str], point: str = "") -> dict[str, str]:
-        found = dict(o.split("=", 1) for o in overrides if o not in KEPT)
-        return found | dict([point.split("=", 1)]) if point else found
+    from tsctl.config.compose import compose_node
+
+    def config(overrides: list[str]) -> dict:
+        return OmegaConf.to_container(compose_node([o for o in overrides if o not in KEPT]).node)
+
+    def points(overrides: list[str]) -> list[list[str]]:
+        choices = [[f"{o.split('=', 1)[0]}={v}" for v in o.split("=", 1)[1].split(",")] for o in overrides]
+        return [list(point) for point in itertools.product(*choices)]
 
     pointed = 0
     for name, sweep in results.SWEEPS.items():
         if sweep.trained_again is None:
             continue
+        own = [config(point) for point in points(sweep.overrides)]
         arms = {arm.label: arm for arm in results.SECTIONS[sweep.trained_again.section].arms}
         for label in sweep.trained_again.arms:
             arm = arms[label]
-            again, own = settings(results.SWEEPS[arm.sweep].overrides, arm.point), settings(sweep.overrides)
-            assert set(again) == set(own), (name, label)
-            assert all(again[key] in own[key].split(",") for key in own), (name, label, again, own)
+            again = [config(point) for point in points(results.SWEEPS[arm.sweep].overrides) if not arm.point or arm.point in point]
+            assert len(again) == 1 and again[0] in own, (name, label)
             pointed += 1
-    assert pointed == 5  # countdown-ratio: ratio 0 and 25; countdown-collapse-ratio: ratio 0, 25 and 50
+    assert pointed == 9  # countdown-ratio and countdown-collapse-ratio: ratio 0, 25 and 50; countdown-refresh: T = 5, 10 and 20
