@@ -204,19 +204,17 @@ def test_every_sweep_trained_again_points_to_arms_trained_at_one_of_its_points_c
     """A sweep's ``trained_again`` names arms of a declared section, each of whose composed config is that of one of
     the sweep's points (keeping every checkpoint aside, which changes no training), so a setting one sweep leaves at
     its default and the other names (``refresh=10``) counts as the same."""
-    import itertools
-
     from omegaconf import OmegaConf
     from results_spec import KEPT  # the script's folder is on the path once ``results`` is loaded
 
     from tsctl.config.compose import compose_node
+    from tsctl.stages.ablate.plan import expand
 
     def config(overrides: list[str]) -> dict:
         return OmegaConf.to_container(compose_node([o for o in overrides if o not in KEPT]).node)
 
     def points(overrides: list[str]) -> list[list[str]]:
-        choices = [[f"{o.split('=', 1)[0]}={v}" for v in o.split("=", 1)[1].split(",")] for o in overrides]
-        return [list(point) for point in itertools.product(*choices)]
+        return expand(overrides)[0]
 
     pointed = 0
     for name, sweep in results.SWEEPS.items():
