@@ -89,6 +89,8 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-default-ratio50": Sweep("Countdown at the default settings (lr 5e-5, 400 steps): ratio 50", ["task=countdown", "ratio=50"], "ratio=50", 5),
     "countdown-default-refresh": Sweep("Countdown at the default settings (lr 5e-5, 400 steps), ratio 25: refresh interval T = 5 and 20",
                                        ["task=countdown", "ratio=25", "refresh=5,20"], "refresh=5", 3),
+    "countdown-default-truncation": Sweep("Countdown at the default settings (lr 5e-5, 400 steps), ratio 25: truncation fixed, boundary and entropy",
+                                          ["task=countdown", "ratio=25", "truncation=fixed,boundary,entropy"], "truncation=fixed", 3),
 }
 """name -> the sweep. Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
@@ -234,6 +236,21 @@ SECTIONS: dict[str, Section] = {
         "At the default settings and ratio 25, does refreshing the behaviour snapshot every 5 or every 20 steps, instead of "
         "every 10, change held-out pass@8, paired by seed, and where does each end against the warmed-up model it started "
         "from? (Countdown's refresh sweep asked the first from a warm-up model that was not kept.)",
+    ),
+    "countdown-default-truncation": Section(
+        "Countdown at the default settings (lr 5e-5, 400 steps), ratio 25: truncation strategy, against the model the runs started from",
+        [
+            Arm("uniform", "countdown-default-base", "ratio=25"),
+            Arm("fixed", "countdown-default-truncation", "truncation=fixed"),
+            Arm("boundary", "countdown-default-truncation", "truncation=boundary"),
+            Arm("entropy", "countdown-default-truncation", "truncation=entropy"),
+        ],
+        [Primary("fixed", "uniform", "pass@8"), Primary("boundary", "uniform", "pass@8"), Primary("entropy", "uniform", "pass@8")],
+        "At the default settings and ratio 25, does cutting the behaviour responses at a fixed share of their length, at a "
+        "uniform point moved to just after a step boundary, or just before the highest-entropy token of their opening, "
+        "instead of at a uniform point, change held-out pass@8, paired by seed, "
+        "and where does each end against the warmed-up model it started from? (Countdown's truncation sweep asked the "
+        "first from a warm-up model that was not kept.)",
     ),
 }
 """name -> a section built from arms. The sweeps no section names are sections of their own (their table's
