@@ -62,7 +62,8 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-ratio": Sweep("Countdown: off-policy ratio", ["task=countdown", "ratio=0,25,50"], "ratio=0",
                              trained_again=TrainedAgain("countdown-default-ratio50", ["ratio 0", "ratio 25", "ratio 50"])),
     "arithmetic-ratio": Sweep("Arithmetic chains: off-policy ratio", ["task=arithmetic", "ratio=0,25,50"], "ratio=0"),
-    "countdown-truncation": Sweep("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform"),
+    "countdown-truncation": Sweep("Countdown, ratio 25: truncation strategy", ["task=countdown", "ratio=25", "truncation=fixed,uniform,boundary,entropy"], "truncation=uniform",
+                                  trained_again=TrainedAgain("countdown-default-truncation", ["fixed", "uniform", "boundary", "entropy"])),
     "countdown-refresh": Sweep("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10",
                                trained_again=TrainedAgain("countdown-default-refresh", ["refresh 5", "refresh 10", "refresh 20"])),
     "countdown-selectors": Sweep("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
@@ -306,6 +307,8 @@ README_QUOTES = [
     Quote("The seed controller", f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controller", "ratio 25, seed controller", "ratio 25", "pass@8"),
     *(Quote("How often the seeds are refreshed", f"countdown, {DEFAULT}, ratio 25 (rerun)", "countdown-default-refresh", f"refresh {t}",
             "refresh 10", "pass@8") for t in (5, 20)),
+    *(Quote("Where the behaviour response is cut", f"countdown, {DEFAULT}, ratio 25 (rerun)", "countdown-default-truncation", strategy,
+            "uniform", "pass@8") for strategy in ("fixed", "boundary", "entropy")),
     Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=bandit", "seeds.selector=latest", "pass@8"),
     Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=uniform", "seeds.selector=latest", "pass@8"),
 ]

@@ -227,4 +227,6 @@ def test_every_sweep_trained_again_points_to_arms_trained_at_one_of_its_points_c
             again = [config(point) for point in points(results.SWEEPS[arm.sweep].overrides) if not arm.point or arm.point in point]
             assert len(again) == 1 and again[0] in own, (name, label)
             pointed += 1
-    assert pointed == 9  # countdown-ratio and countdown-collapse-ratio: ratio 0, 25 and 50; countdown-refresh: T = 5, 10 and 20
+    # countdown-ratio and countdown-collapse-ratio: ratio 0, 25 and 50; countdown-refresh: T = 5, 10 and 20;
+    # countdown-truncation: fixed, uniform, boundary and entropy
+    assert pointed == 13
