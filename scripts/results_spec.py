@@ -92,6 +92,8 @@ SWEEPS: dict[str, Sweep] = {
                                        ["task=countdown", "ratio=25", "refresh=5,20"], "refresh=5", 3),
     "countdown-default-truncation": Sweep("Countdown at the default settings (lr 5e-5, 400 steps), ratio 25: truncation fixed, boundary and entropy",
                                           ["task=countdown", "ratio=25", "truncation=fixed,boundary,entropy"], "truncation=fixed", 3),
+    "countdown-default-selectors": Sweep("Countdown at the default settings (lr 5e-5, 400 steps), ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
+                                         ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest", 3),
 }
 """name -> the sweep. Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
@@ -252,6 +254,21 @@ SECTIONS: dict[str, Section] = {
         "instead of at a uniform point, change held-out pass@8, paired by seed, "
         "and where does each end against the warmed-up model it started from? (Countdown's truncation sweep asked the "
         "first from a warm-up model that was not kept.)",
+    ),
+    "countdown-default-selectors": Section(
+        "Countdown at the default settings (lr 5e-5, 400 steps), ratio 25, a pool of 4 behaviour snapshots: which one writes "
+        "the seeds, against the model the runs started from",
+        [
+            Arm("latest", "countdown-default-selectors", "seeds.selector=latest"),
+            Arm("uniform", "countdown-default-selectors", "seeds.selector=uniform"),
+            Arm("bandit", "countdown-default-selectors", "seeds.selector=bandit"),
+        ],
+        [Primary("uniform", "latest", "pass@8"), Primary("bandit", "latest", "pass@8")],
+        "At the default settings and ratio 25, with a pool of the 4 most recent behaviour snapshots (one per refresh window), "
+        "does choosing, per prompt, the snapshot that writes its seeds uniformly at random, or by a bandit rewarded with the "
+        "advantage its seeded samples earn, instead of always the latest, "
+        "change held-out pass@8, paired by seed, and where does each end against the warmed-up model it started from? "
+        "(Countdown's selector sweep asked the first from a warm-up model that was not kept.)",
     ),
 }
 """name -> a section built from arms. The sweeps no section names are sections of their own (their table's
