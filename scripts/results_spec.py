@@ -67,7 +67,8 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-refresh": Sweep("Countdown, ratio 25: refresh interval T", ["task=countdown", "ratio=25", "refresh=5,10,20"], "refresh=10",
                                trained_again=TrainedAgain("countdown-default-refresh", ["refresh 5", "refresh 10", "refresh 20"])),
     "countdown-selectors": Sweep("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
-                                 ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest"),
+                                 ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest",
+                                 trained_again=TrainedAgain("countdown-default-selectors", ["latest", "uniform", "bandit"])),
     "countdown-collapse-ratio": Sweep("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
                                       [*COLLAPSE, "refresh=25", "ratio=0,25,50"], "ratio=0",
                                       trained_again=TrainedAgain("countdown-collapse-ratio50", ["ratio 0", "ratio 25", "ratio 50"])),
@@ -326,7 +327,7 @@ README_QUOTES = [
             "refresh 10", "pass@8") for t in (5, 20)),
     *(Quote("Where the behaviour response is cut", f"countdown, {DEFAULT}, ratio 25 (rerun)", "countdown-default-truncation", strategy,
             "uniform", "pass@8") for strategy in ("fixed", "boundary", "entropy")),
-    Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=bandit", "seeds.selector=latest", "pass@8"),
-    Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4", "countdown-selectors", "seeds.selector=uniform", "seeds.selector=latest", "pass@8"),
+    *(Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4 (rerun)", "countdown-default-selectors", selector,
+            "latest", "pass@8") for selector in ("uniform", "bandit")),
 ]
 """README's table of findings, in its order (written by ``scripts/results.py --render`` from the records)."""

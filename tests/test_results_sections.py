@@ -228,5 +228,5 @@ def test_every_sweep_trained_again_points_to_arms_trained_at_one_of_its_points_c
             assert len(again) == 1 and again[0] in own, (name, label)
             pointed += 1
     # countdown-ratio and countdown-collapse-ratio: ratio 0, 25 and 50; countdown-refresh: T = 5, 10 and 20;
-    # countdown-truncation: fixed, uniform, boundary and entropy
-    assert pointed == 13
+    # countdown-truncation: fixed, uniform, boundary and entropy; countdown-selectors: latest, uniform and bandit
+    assert pointed == 16
