@@ -95,8 +95,6 @@ SWEEPS: dict[str, Sweep] = {
                                           ["task=countdown", "ratio=25", "truncation=fixed,boundary,entropy"], "truncation=fixed", 3),
     "countdown-default-selectors": Sweep("Countdown at the default settings (lr 5e-5, 400 steps), ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
                                          ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest", 3),
-    # arithmetic chains again, from a warm-up model that is kept and scored (arithmetic-ratio's was not kept)
-    "arithmetic-default-base": Sweep("Arithmetic chains at the default settings (lr 5e-5, 400 steps): ratio 0, 25 and 50", ["task=arithmetic", "ratio=0,25,50"], "ratio=0", 5),
 }
 """name -> the sweep. Every section shows the seeded samples' attribution (by source, arm, age, prefix length) when its runs have seeds."""
 
@@ -272,19 +270,6 @@ SECTIONS: dict[str, Section] = {
         "advantage its seeded samples earn, instead of always the latest, "
         "change held-out pass@8, paired by seed, and where does each end against the warmed-up model it started from? "
         "(Countdown's selector sweep asked the first from a warm-up model that was not kept.)",
-    ),
-    "arithmetic-default": Section(
-        "Arithmetic chains at the default settings (lr 5e-5, 400 steps), against the model the runs started from",
-        [
-            Arm("ratio 0", "arithmetic-default-base", "ratio=0"),
-            Arm("ratio 25", "arithmetic-default-base", "ratio=25"),
-            Arm("ratio 50", "arithmetic-default-base", "ratio=50"),
-        ],
-        [Primary("ratio 25", "ratio 0", "pass@8"), Primary("ratio 50", "ratio 0", "pass@8")],
-        "On arithmetic chains at the default settings, does ratio 25 or ratio 50 change held-out pass@8 against ratio 0, "
-        "paired by seed, and where does each end against the warmed-up model it started from? (The arithmetic off-policy "
-        "ratio sweep asked the first from a warm-up model whose weights were not kept and that this machine's warm-up does "
-        "not give again, so it could not answer the second.)",
     ),
 }
 """name -> a section built from arms. The sweeps no section names are sections of their own (their table's
