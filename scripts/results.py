@@ -54,7 +54,7 @@ from tsctl.analysis.points import POINT_SEP, Point, Run, base_weights, find_runs
 from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows, md_table, notes, table_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, no_warmup_lines, untested, warmup_point  # noqa: E402  (this script's own folder)
+from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, no_warmup_lines, trained_again_lines, untested, warmup_point  # noqa: E402  (this script's own folder)
 from results_scoring import WARMUP, score_trajectory, score_warmup  # noqa: E402
 from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL, Section  # noqa: E402
 
@@ -322,7 +322,8 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])
-    lines += md_table(*table_rows(shown)) + ["", notes(summary), ""] + (no_warmup_lines(points, [name], trained_again(name)) if warm is None else [])
+    lines += md_table(*table_rows(shown)) + ["", notes(summary), ""] + (no_warmup_lines(points, [name]) if warm is None else [])
+    lines += trained_again_lines(trained_again(name)) if trained_again(name) is not None else []
     if rows:
         lines += [f"Paired against {baseline}:", "", *md_table(*comparison_rows(rows)), ""]
         lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]

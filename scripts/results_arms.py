@@ -83,25 +83,26 @@ def warmup_point(points: list[Point], figures: Path, scratch: Path) -> Optional[
     return Point(WARMUP, {"arm": WARMUP}, runs, runs)
 
 
-def no_warmup_lines(points: list[Point], sweeps: list[str], again: Optional[tuple[Section, list[str]]] = None) -> list[str]:
-    """Why a section built from ``points`` (of the sweeps ``sweeps``) has no warm-up row (:func:`warmup_point` gave None),
-    and, when ``again`` (a section and the labels of its arms) is given, where those arms train its points again from a
-    kept and scored warm-up model."""
+def no_warmup_lines(points: list[Point], sweeps: list[str]) -> list[str]:
+    """Why a section built from ``points`` (of the sweeps ``sweeps``) has no warm-up row (:func:`warmup_point` gave None)."""
     digests = sorted({r.base_weights for p in points for r in p.used if r.base_weights})
     if not digests:
-        lines = ["Its runs did not record the weights of the warm-up model they started from, so it has no warm-up row."]
+        line = "Its runs did not record the weights of the warm-up model they started from, so it has no warm-up row."
     elif len(digests) > 1:
-        lines = [f"Its runs started from {len(digests)} warm-up models ({', '.join(digests)}), so it has no one warm-up row."]
+        line = f"Its runs started from {len(digests)} warm-up models ({', '.join(digests)}), so it has no one warm-up row."
     else:
-        lines = [f"The warm-up model its runs started from (weights {digests[0]}) has no scored record in `docs/results/warmup/`, "
-                 f"so it has no warm-up row: `python scripts/results.py --score-only --only {' '.join(sweeps)}` scores it on a "
-                 "machine whose warm-up gives those weights, or with `--warmup-model` and a folder of them."]
-    if again is not None:
-        section, arms = again
-        named = " and ".join([", ".join(arms[:-1]), arms[-1]] if len(arms) > 1 else arms)
-        lines.append(f"Section \"{section.title}\" trains {named} again at these settings, from a warm-up model that is "
-                     "kept and scored: its warm-up row and each of those arms against it are there.")
-    return [" ".join(lines), ""]
+        line = (f"The warm-up model its runs started from (weights {digests[0]}) has no scored record in `docs/results/warmup/`, "
+                f"so it has no warm-up row: `python scripts/results.py --score-only --only {' '.join(sweeps)}` scores it on a "
+                "machine whose warm-up gives those weights, or with `--warmup-model` and a folder of them.")
+    return [line, ""]
+
+
+def trained_again_lines(again: tuple[Section, list[str]]) -> list[str]:
+    """Where a section's points are trained again: ``again`` is the section and the labels of its arms that do."""
+    section, arms = again
+    named = " and ".join([", ".join(arms[:-1]), arms[-1]] if len(arms) > 1 else arms)
+    return [f"Section \"{section.title}\" trains {named} again at these settings, in runs of their own from a warm-up "
+            "model that is kept and scored: a second sample of these points, each against the model it started from.", ""]
 
 
 def all_values(run: Run) -> dict[str, float]:

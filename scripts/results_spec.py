@@ -42,8 +42,8 @@ class Sweep:
         baseline: the point its section's table compares the others with (``key=value``).
         seeds: how many seeds each point runs; None: ``--seeds`` for a ratio sweep (a name ending in
             ``-ratio``), ``--ablation-seeds`` for the others.
-        trained_again: where points of this sweep are trained again from a warm-up model that is kept and scored
-            (for a sweep whose own warm-up model was not kept, so that it has no warm-up row).
+        trained_again: where points of this sweep are trained again, in runs of their own, from a warm-up model that
+            is kept and scored (its section points there, with or without a warm-up row of its own).
     """
 
     title: str
@@ -318,6 +318,7 @@ README_QUOTES = [
     Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 0", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default", "ratio 25", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {DEFAULT} (rerun)", "countdown-default-ratio50", "ratio 50", "warm-up", "pass@8"),
+    *(Quote(AGAINST_WARMUP, f"arithmetic, {DEFAULT}", "arithmetic-ratio", f"ratio={r}", "warm-up", "pass@8") for r in (0, 25, 50)),
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 0", "warm-up", "pass@8"),
     Quote(AGAINST_WARMUP, f"countdown, {COLLAPSE_REGIME}, refresh 25 (rerun)", "countdown-collapse-controls", "ratio 25", "warm-up", "pass@8"),
     *(Quote(MECHANISM, f"countdown, {COLLAPSE_REGIME}", "countdown-collapse-controls", control, "ratio 25", "pass@8") for control in CONTROLS),

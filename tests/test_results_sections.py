@@ -194,10 +194,27 @@ def test_a_section_without_a_scored_warm_up_says_why_it_has_no_warm_up_row(resul
     assert "| warm-up |" not in ratio
     assert "Its runs started from 2 warm-up models (d1d1d1d1d1d1, e2e2e2e2e2e2), so it has no one warm-up row." in ratio
     # the sweep its spec says is trained again from a kept warm-up points to the section that does it
-    assert ('so it has no one warm-up row. Section "Countdown at the default settings (lr 5e-5, 400 steps): ratio 50 beside '
-            'ratio 0 and 25" trains ratio 0, ratio 25 and ratio 50 again at these settings, from a warm-up model that is kept and '
-            'scored') in ratio
+    assert POINTER in ratio
     assert "again at these settings" not in controls
+
+
+POINTER = ('Section "Countdown at the default settings (lr 5e-5, 400 steps): ratio 50 beside ratio 0 and 25" trains ratio 0, '
+           'ratio 25 and ratio 50 again at these settings, in runs of their own from a warm-up model that is kept and scored: '
+           'a second sample of these points, each against the model it started from.')
+"""What countdown-ratio's section says of the section that trains its points again."""
+
+
+def test_a_sweep_trained_again_points_there_beside_its_own_warm_up_row(results, tmp_path):  # noqa: F811
+    runs = tmp_path / "runs" / "results" / "countdown-ratio"
+    for seed in range(2):
+        arm_run(runs / f"ratio=0-seed={seed}", ["ratio=0"], seed, RATIO0[seed])
+        arm_run(runs / f"ratio=25-seed={seed}", ["ratio=25"], seed, RATIO25[seed])
+        warmup_record(tmp_path / "figures", seed, 0.7)
+    ratio = section_of(results.render(tmp_path / "runs"), "Countdown: off-policy ratio")
+    assert "| warm-up | 2/2 | 0.350 ± 0.000 [0.350, 0.350] |" in ratio and "no warm-up row" not in ratio
+    # ratio 0 against the warm-up it started from: -0.40 and -0.38 by seed
+    assert "| ratio=0 | warm-up | held-out pass@8 | 2 | 0.310 | 0.700 | -0.390 |" in ratio
+    assert ratio.count(POINTER) == 1
 
 
 def test_every_sweep_trained_again_points_to_arms_trained_at_one_of_its_points_configs(results):  # noqa: F811
