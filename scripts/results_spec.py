@@ -69,7 +69,7 @@ SWEEPS: dict[str, Sweep] = {
     "countdown-selectors": Sweep("Countdown, ratio 25, a pool of 4 behaviour snapshots: which one writes the seeds",
                                  ["task=countdown", "ratio=25", "seeds.pool_size=4", "seeds.selector=latest,uniform,bandit"], "seeds.selector=latest",
                                  trained_again=TrainedAgain("countdown-default-selectors", ["latest", "uniform", "bandit"])),
-    "countdown-collapse-ratio": Sweep("Countdown where plain DAPO collapses (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
+    "countdown-collapse-ratio": Sweep("Countdown where plain DAPO degrades (lr 2e-4, 200 steps): off-policy ratio, seeds 25 steps old",
                                       [*COLLAPSE, "refresh=25", "ratio=0,25,50"], "ratio=0",
                                       trained_again=TrainedAgain("countdown-collapse-ratio50", ["ratio 0", "ratio 25", "ratio 50"])),
     # the mechanism controls, the dose-response and the trajectory (5 seeds each, every checkpoint kept)
