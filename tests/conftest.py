@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TSCTL_NO_PROGRESS", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one worker per core (pyproject's addopts): one torch thread each, in the worker and the commands it starts, since
+    # two processes with a thread per core each wait on each other's OpenMP threads
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CHECKOUT_RUNS = Path(__file__).resolve().parents[1] / "runs"
@@ -128,9 +132,12 @@ def kill(args: list[str], point: tuple[str, int], command: str = "train", **env_
     assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{proc.stderr[-3000:]}"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that run real vLLM go last, and are skipped where vLLM cannot run: an engine built in the
-    test process binds its threads to cores and seeds the global generators for the rest of the session."""
+    test process binds its threads to cores and seeds the global generators for the rest of the session. Under
+    pytest-xdist (``--dist loadgroup``, pyproject's addopts) they are one group, handed out last, and every other
+    test file is a group of its own, so that its module fixtures (a micro run several tests read) run once."""
     from tsctl.engines import vllm_platform
 
     usable = vllm_platform.importable() and (vllm_platform.on_cuda() or vllm_platform.cpu_build())
@@ -140,6 +147,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in real:
             item.add_marker(skip)
     items[:] = [item for item in items if item.get_closest_marker("vllm") is None] + real
+    for item in items if config.pluginmanager.hasplugin("xdist") else []:
+        item.add_marker(pytest.mark.xdist_group("real-vllm" if item.get_closest_marker("vllm") else item.path.name))
 
 
 def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
