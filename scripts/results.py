@@ -322,8 +322,9 @@ def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional
     finished = sum(1 for r in runs if r.status == "completed")
     lines += [f"Finished so far: {finished} run(s), each recorded in `docs/results/{name}/runs/`; a point not started has no row.", ""]
     lines += provenance(name, [r for r in runs if r.status == "completed"])
+    again = trained_again(name)
     lines += md_table(*table_rows(shown)) + ["", notes(summary), ""] + (no_warmup_lines(points, [name]) if warm is None else [])
-    lines += trained_again_lines(trained_again(name)) if trained_again(name) is not None else []
+    lines += trained_again_lines(again) if again is not None else []
     if rows:
         lines += [f"Paired against {baseline}:", "", *md_table(*comparison_rows(rows)), ""]
         lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(rows)), "", comparison_notes(summary), ""]

@@ -147,8 +147,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in real:
             item.add_marker(skip)
     items[:] = [item for item in items if item.get_closest_marker("vllm") is None] + real
-    for item in items if config.pluginmanager.hasplugin("xdist") else []:
-        item.add_marker(pytest.mark.xdist_group("real-vllm" if item.get_closest_marker("vllm") else item.path.name))
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group("real-vllm" if item.get_closest_marker("vllm") else item.path.name))
 
 
 def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
