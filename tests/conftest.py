@@ -7,14 +7,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 os.environ.setdefault("TSCTL_NO_PROGRESS", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # one worker per core (pyproject's addopts): one torch thread each, in the worker and the commands it starts, since
-    # two processes with a thread per core each wait on each other's OpenMP threads
+    # two processes with a thread per core each wait on each other's OpenMP threads (set before torch is imported)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import process_state  # noqa: E402 - imports torch, which reads OMP_NUM_THREADS
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CHECKOUT_RUNS = Path(__file__).resolve().parents[1] / "runs"
@@ -63,6 +66,30 @@ _RUNNING = {"slow": False}
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _RUNNING["slow"] = item.get_closest_marker("slow") is not None
+
+
+@pytest.fixture(autouse=True)
+def gives_back_process_state(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test leaves the process as it found it (:mod:`process_state`): what it changed is put back, and the test
+    fails naming it. The real-vLLM tests are exempt: an engine built in the process binds its threads for good, which
+    is why they run last (and in a pytest process of their own in ``.ci/run``)."""
+    before = process_state.snapshot()
+    yield
+    if request.node.get_closest_marker("vllm") is not None:
+        return
+    leaked = process_state.differences(before, process_state.snapshot())
+    process_state.restore(before)
+    if leaked:
+        pytest.fail(f"the test left process-wide state changed (now put back): {'; '.join(leaked)}", pytrace=False)
+
+
+@pytest.fixture
+def process_state_put_back() -> Iterator[None]:
+    """For a test of code that changes process-wide state on purpose, for the rest of its process (a vLLM engine's
+    logging and environment, a sweep worker's pinned device): everything :mod:`process_state` reads, put back after."""
+    before = process_state.snapshot()
+    yield
+    process_state.restore(before)
 
 
 def tsctl(*args: str, check: bool = True, **env_vars: str) -> subprocess.CompletedProcess:

@@ -336,6 +336,30 @@ def test_a_damaged_newest_checkpoint(setup, damage):
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-1", "step-2"]
 
 
+class _RunsCode:
+    """Unpickled, it would run a shell command that leaves ``marker`` behind."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_crafted_trainer_state_is_refused_and_none_of_it_runs(setup, tmp_path):
+    run = copy_of_done(setup, "crafted")
+    newest = run / "checkpoints" / "step-2"
+    marker = tmp_path / "ran"
+    torch.save({"step": 2, "scheduler": {}, "rng": _RunsCode(marker)}, newest / "trainer_state.pt")
+    args = ["train", *setup.args, f"name={run.name}", "resume=true"]
+    line = fails_cleanly(setup, args, f"refused to load {newest / 'trainer_state.pt'}", "system", "could run code", f"delete {newest}")
+    assert "nothing of it was run" in line
+    assert not marker.exists()
+    shutil.rmtree(newest)
+    works(args, "run complete")
+    assert not marker.exists()
+
+
 def test_files_and_folders_follow_the_umask(setup):
     modes = {path.relative_to(setup.run): stat.S_IMODE(path.stat().st_mode) for path in [setup.run, *setup.run.rglob("*")]}
     assert any(p.parts[:1] == ("checkpoints",) and p.suffix == ".safetensors" for p in modes) and any(p.suffix == ".parquet" for p in modes)

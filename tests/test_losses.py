@@ -8,7 +8,7 @@ import torch
 from loss_terms import policy_term
 from tsctl.algo.aggregations import AGGREGATIONS, loss_norms
 from tsctl.algo.losses import POLICY_LOSSES, ppo_clip, token_log_ratio
-from tsctl.algo.objective import kl_penalty_k3
+from tsctl.algo.divergences import kl_penalty_k3
 
 CLIPS = dict(clip_low=0.2, clip_high=0.28)
 

@@ -9,8 +9,10 @@ import pytest
 
 from tsctl.algo.advantages import ADVANTAGES
 from tsctl.algo.aggregations import AGGREGATIONS
+from tsctl.algo.divergences import DIVERGENCES
 from tsctl.algo.losses import POLICY_LOSSES
 from tsctl.algo.rollout_correction import CORRECTIONS
+from tsctl.algo.stale_masks import STALE_MASKS
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
 from tsctl.engines.registry import ENGINES
@@ -18,7 +20,7 @@ from tsctl.seeds.selectors import SELECTORS
 from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import STRATEGIES
 from tsctl.runconfig import compose_config
-from tsctl.runconfig.registries import REGISTRIES as REGISTRIES_OF_RUNCONFIG
+from tsctl.runconfig.registries import NONE_ALLOWED, REGISTRIES as REGISTRIES_OF_RUNCONFIG
 from tsctl.tasks.registry import TASKS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tsctl"
@@ -26,11 +28,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tsctl"
 KEYS = {
     "algo.loss": AGGREGATIONS, "truncation": STRATEGIES, "task.name": TASKS, "engine.name": ENGINES, "seeds.selector": SELECTORS,
     "seeds.source": SOURCES, "algo.rollout_correction": CORRECTIONS, "algo.policy_loss": POLICY_LOSSES,
-    "algo.adv_estimator": ADVANTAGES,
+    "algo.adv_estimator": ADVANTAGES, "algo.kl_type": DIVERGENCES, "algo.stale_mask": STALE_MASKS,
 }
 """Every config key that names an implementation, and its registry."""
 
-REGISTRIES = {"STRATEGIES", "SELECTORS", "TASKS", "ENGINES", "SOURCES", "POLICY_LOSSES", "AGGREGATIONS", "ADVANTAGES", "CORRECTIONS"}
+REGISTRIES = {"STRATEGIES", "SELECTORS", "TASKS", "ENGINES", "SOURCES", "POLICY_LOSSES", "AGGREGATIONS", "ADVANTAGES", "CORRECTIONS", "DIVERGENCES", "STALE_MASKS"}
 """The names the registries of :data:`KEYS` are bound to where their entries register."""
 
 
@@ -86,7 +88,7 @@ def test_a_module_dropped_into_the_package_registers_itself(tmp_path, monkeypatc
 def test_every_registry_backed_key_is_checked_against_its_registry(key):
     with pytest.raises(ConfigError) as err:
         compose_config([f"{key}=not_registered"])
-    names = ("none", *CORRECTIONS.names()) if key == "algo.rollout_correction" else KEYS[key].names()
+    names = ("none", *KEYS[key].names()) if KEYS[key] in NONE_ALLOWED else KEYS[key].names()
     assert err.value.key == key and f"choose one of {', '.join(names)}" in str(err.value)
 
 

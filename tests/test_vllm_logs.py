@@ -19,9 +19,10 @@ LAYERWISE = "vllm.model_executor.model_loader.reload.layerwise"
 
 
 @pytest.fixture
-def vllm_logger(monkeypatch):
-    """The ``vllm`` logger as a fresh process has it, restored afterwards."""
-    monkeypatch.delenv(vllm_logs.CONFIGURE, raising=False)
+def vllm_logger():
+    """The ``vllm`` logger and ``VLLM_CONFIGURE_LOGGING`` as a fresh process has them, restored afterwards (an engine
+    sets the variable when unset, which ``monkeypatch.delenv`` of an absent one would not undo)."""
+    configured = os.environ.pop(vllm_logs.CONFIGURE, None)
     logger = logging.getLogger("vllm")
     before = ([h for h in logger.handlers if h not in vllm_logs.ours(logger)], logger.level, logger.propagate)
     logger.handlers[:] = before[0]  # an engine an earlier test built left its handlers: a fresh process has none
@@ -30,6 +31,9 @@ def vllm_logger(monkeypatch):
         logger.removeHandler(handler)
         handler.close()
     logger.handlers[:], logger.level, logger.propagate = before
+    os.environ.pop(vllm_logs.CONFIGURE, None)
+    if configured is not None:
+        os.environ[vllm_logs.CONFIGURE] = configured
 
 
 def test_known_harmless_warnings_stay_in_the_log_with_their_reason_and_others_reach_the_console(vllm_logger, tmp_path, capsys):

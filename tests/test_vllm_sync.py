@@ -30,6 +30,8 @@ from tsctl.trainer.step import train_step
 IM_END = 258
 TASK = ["task=arithmetic", "task.train_size=200", "task.heldout_size=6", "task.arithmetic.max_terms=3"]
 
+pytestmark = pytest.mark.usefixtures("process_state_put_back")  # an engine sets vLLM's logging and environment for its process
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):

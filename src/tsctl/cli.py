@@ -20,7 +20,10 @@ def knobs() -> str:
     when a help is shown: :class:`_WithKnobs`)."""
     from tsctl.algo.advantages import ADVANTAGES
     from tsctl.algo.aggregations import AGGREGATIONS
+    from tsctl.algo.divergences import DIVERGENCES
     from tsctl.algo.losses import POLICY_LOSSES
+    from tsctl.algo.rollout_correction import CORRECTIONS
+    from tsctl.algo.stale_masks import STALE_MASKS
     from tsctl.engines.registry import ENGINES
     from tsctl.seeds.selectors import SELECTORS
     from tsctl.seeds.truncation import STRATEGIES
@@ -34,11 +37,11 @@ def knobs() -> str:
 behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
-[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop, heldout_overlap=error|allow),
+[cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop, heldout_overlap=error|allow, reward=correct|random|format, reward_p),
 [cyan]engine[/cyan] ({"|".join(ENGINES.names())}: temperature, top_p, max_new_tokens; vllm.*: dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, enforce_eager), [cyan]algo[/cyan] (dapo|grpo: loss={"|".join(AGGREGATIONS.names())}, clip_low, clip_high,
-clip_c, prefix_clip_c, kl_coef, dynamic_sampling, overlong, rollout_correction=none|tis|mis,
+clip_c, prefix_clip_c, kl_coef, kl_type={"|".join(DIVERGENCES.names())}, dynamic_sampling, overlong, rollout_correction=none|{"|".join(CORRECTIONS.names())}, stale_mask=none|{"|".join(STALE_MASKS.names())},
 policy_loss={"|".join(POLICY_LOSSES.names())}, adv_estimator={"|".join(ADVANTAGES.names())}; an entry's own settings: algo.<name>.*), [cyan]seeds[/cyan] (truncation parameters, train_prefix, adv_group,
-selector={"|".join(SELECTORS.names())}, pool_size, source=self|model|traces, source_path, trace_logprobs),
+selector={"|".join(SELECTORS.names())}, pool_size, source=self|model|traces, source_path, trace_logprobs=exclude|cap|shaping, shaping_gamma),
 [cyan]trainer[/cyan] (default|micro: steps, batch_size, n, mini_batches, lr, save_every, eval_every, nonfinite, checkpoint_on_signal),
 [cyan]eval[/cyan] (checkpoint, step, benchmarks, k, pass_k, limit, on_bad_row, overwrite),
 [cyan]shards[/cyan] (seed/rollout: checkpoint, step, data_step, steps, out_dir, overwrite), [cyan]logger[/cyan] (console|wandb).

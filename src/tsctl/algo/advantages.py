@@ -28,9 +28,16 @@ GroupIndex = Union[Tensor, Sequence[int]]
 Estimator = Callable[..., Tensor]
 """``fn(rewards, group_index, *, stats_mask, **arguments) -> advantages``, all ``[B]`` (``stats_mask``: bool or None)."""
 
-ADVANTAGES: Registry[Estimator] = Registry("advantage estimator", __package__, key="algo.adv_estimator", reads=(), lengths=False)
+
+def _no_check(cfg: object, settings: object, stats: int) -> None:
+    """An estimator that declares no ``check`` refuses nothing at composition."""
+
+
+ADVANTAGES: Registry[Estimator] = Registry("advantage estimator", __package__, key="algo.adv_estimator", reads=(), lengths=False, check=_no_check)
 """The estimators by name (``algo.adv_estimator``), from any module of :mod:`tsctl.algo`; each declares ``reads``,
-``lengths`` when it takes each sample's response tokens as ``lengths`` ``[B]``, and ``settings``."""
+``lengths`` when it takes each sample's response tokens as ``lengths`` ``[B]``, ``settings``, and ``check``:
+``fn(cfg, settings, stats)``, which raises a ``ConfigError`` for a config it cannot run, given its block and the samples
+of each group its statistics are taken over (``stats``: ``trainer.n``, or its plain samples with ``seeds.adv_group=plain``)."""
 
 
 def group_ids(rewards: Tensor, group_index: GroupIndex) -> Tensor:

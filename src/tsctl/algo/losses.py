@@ -1,7 +1,8 @@
 """Policy losses: the registry of per-token objectives (``algo.policy_loss``), PPO's clip, and the prefix dual clip.
 
 An entry of :data:`POLICY_LOSSES` is one whole per-token objective, registered where it is defined: ``vanilla``
-(here), ``gspo`` (:mod:`tsctl.algo.gspo`), ``cispo`` (:mod:`tsctl.algo.cispo`); a new one is one new module of
+(here), ``gspo`` (:mod:`tsctl.algo.gspo`), ``cispo`` (:mod:`tsctl.algo.cispo`), ``clip_cov`` (:mod:`tsctl.algo.clip_cov`),
+``kl_cov`` (:mod:`tsctl.algo.kl_cov`), ``forking_tokens`` (:mod:`tsctl.algo.forking_tokens`); a new one is one new module of
 :mod:`tsctl.algo`. It is called ``fn(logprobs, old_logprobs, advantages, mask, *, prefix, **arguments)`` with
 
 - ``logprobs``: ``[B, T]`` ``pi_theta`` log-probs of the sampled tokens (with grad);
@@ -13,7 +14,9 @@ An entry of :data:`POLICY_LOSSES` is one whole per-token objective, registered w
   declares ``settings`` (a dataclass defined beside it, keys ``algo.<name>.*``: :mod:`tsctl.config.blocks`);
 - with ``prefix_clip=True``, ``clip_c`` as a ``[B, T]`` tensor of per-token dual-clip constants: seed-prefix tokens
   bounded by ``algo.prefix_clip_c`` (:func:`dual_clip_bounds`), the entry's answer to a prefix ratio taken
-  against a behaviour policy up to a refresh window stale.
+  against a behaviour policy up to a refresh window stale;
+- with ``entropies=True``, ``entropy``: ``[B, T]`` ``pi_theta``'s entropy at each token, detached;
+- with ``draws=True``, ``generator``: the step's ``torch.Generator`` for the entry's random choices.
 
 It returns the ``[B, T]`` per-token loss (before aggregation, :mod:`tsctl.algo.aggregations`) and per-token
 metrics, detached float ``[B, T]`` tensors reduced over the loss mask by the caller (sum and count, or by
@@ -28,6 +31,10 @@ steps without bias). Every entry gives these names:
 - ``clipped``: ``clip_low + clip_high + clip_dual`` (disjoint): the token's gradient is zero.
 - ``kl_k3``: ``r_t - 1 - log r_t``, the k3 estimate of ``KL(pi_ref || pi_theta)`` where ``pi_ref``
   is the policy of ``old_logprobs`` (the tokens were sampled from it); >= 0.
+
+An entry may give per-token metrics of its own besides (:data:`METRICS` lists the common ones), such as a 0/1
+``masked`` (``clip_cov``, ``forking_tokens``) or ``penalised`` (``kl_cov``): the update logs each as its mean over the
+loss tokens and by token source (``<name>_by_source/plain``, ``/prefix``, ``/suffix``).
 
 The masked token-mean of ``clip_low + clip_high`` is verl's ``pg_clipfrac`` (tokens where the clipped
 term wins: ``-A * clip(r) > -A * r``); that of ``clip_dual`` is verl's ``pg_clipfrac_lower``.
@@ -54,10 +61,18 @@ PolicyLoss = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
 LOG_RATIO_CLAMP = 20.0
 
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", __package__, key="algo.policy_loss", reads=(), prefix_clip=False)
+POLICY_LOSSES: Registry[PolicyLoss] = Registry(
+    "policy loss", __package__, key="algo.policy_loss", reads=(), prefix_clip=False, entropies=False, draws=False,
+)
 """The per-token objectives by name (``algo.policy_loss``), from any module of :mod:`tsctl.algo`. Each declares ``reads``
-(the ``algo.*`` keys it takes as keyword arguments), ``settings`` (its own block) and ``prefix_clip`` (it takes
-``clip_c`` per token, seed-prefix tokens bounded by ``algo.prefix_clip_c``; such an entry reads ``clip_c``)."""
+(the ``algo.*`` keys it takes as keyword arguments), ``settings`` (its own block), ``prefix_clip`` (it takes
+``clip_c`` per token, seed-prefix tokens bounded by ``algo.prefix_clip_c``; such an entry reads ``clip_c``),
+``entropies`` (it takes ``entropy``, ``pi_theta``'s ``[B, T]`` per-token entropies, detached: the forward computes them
+for it) and ``draws`` (it takes ``generator``, a ``torch.Generator`` of the step's :attr:`~tsctl.config.rng.Stream.POLICY_LOSS`
+stream, so a resumed run redraws the same choices)."""
+
+METRICS: tuple[str, ...] = ("pg_loss", "ratio", "clip_low", "clip_high", "clip_dual", "clipped", "kl_k3")
+"""The per-token metrics every entry gives (the module docstring); any other name an entry gives is its own."""
 
 
 def ppo_clip(

@@ -15,7 +15,10 @@ to [-20, 20]) without gradient; ``c`` is ``algo.rollout_correction_cap`` (>= 1):
 
 ``none`` (the default) computes no weight: the update is exactly the one without a correction.
 Each mode is one function of ``(ratio, cap)`` registered in :data:`CORRECTIONS` (a new one: one new module of
-:mod:`tsctl.algo` registering itself).
+:mod:`tsctl.algo` registering itself). A mode that declares ``sequence=True`` (``seq_mis``, :mod:`tsctl.algo.seq_mis`)
+is given each corrected token's *sequence* ratio instead, the product of the ratios of its sequence's corrected
+tokens, ``exp(sum of their log-ratios)`` (the sum clamped to [-20, 20]), as verl's ``rollout_is`` at level
+``sequence``.
 
 Which tokens: the caller names them (``correctable``); the update weighs the suffix and plain tokens,
 which the engine sampled from pi_old, and leaves seed-prefix tokens at 1 (their ratio is taken against
@@ -37,8 +40,9 @@ from tsctl.config.registry import Registry
 CorrectionFn = Callable[[Tensor, float], Tensor]
 """``fn(ratio, cap) -> weights``: each corrected token's weight from its ratio ``pi_old / pi_engine`` (same shape)."""
 
-CORRECTIONS: Registry[CorrectionFn] = Registry("rollout correction", __package__, key="algo.rollout_correction")
-"""The modes of ``algo.rollout_correction`` other than ``none``, from any module of :mod:`tsctl.algo`."""
+CORRECTIONS: Registry[CorrectionFn] = Registry("rollout correction", __package__, key="algo.rollout_correction", sequence=False)
+"""The modes of ``algo.rollout_correction`` other than ``none``, from any module of :mod:`tsctl.algo`; ``sequence``: the
+mode weighs each token by its sequence's ratio."""
 
 
 @CORRECTIONS.register("tis")
@@ -59,7 +63,7 @@ def correction_weights(
     """The weight of every token's policy-gradient term under the correction ``mode``, and its metrics.
 
     Args:
-        mode: a name in :data:`CORRECTIONS` (``tis``, ``mis``).
+        mode: a name in :data:`CORRECTIONS` (``tis``, ``mis``, ``seq_mis``).
         old_logprobs: ``[B, T]`` pi_old's log-probs as the trainer computes them (read on corrected tokens only).
         engine_logprobs: ``[B, T]`` the engine's log-probs of the tokens it sampled (read on corrected tokens only).
         mask: ``[B, T]`` bool, the loss mask.
@@ -71,12 +75,16 @@ def correction_weights(
         (``mask & correctable``) and 1 elsewhere; where both log-probs agree the ratio, and so a
         ``tis`` or ``mis`` weight, is exactly 1. ``metrics``: ``(sum, count)`` pairs over the corrected
         tokens: ``weight_mean`` (their weights) and ``corrected_share`` (1 where the weight differs
-        from the raw ratio: capped by ``tis``, masked by ``mis``). An unknown ``mode`` raises ValueError.
+        from the raw ratio, the token's or with ``sequence`` its sequence's: capped by ``tis``, masked by ``mis``).
+        An unknown ``mode`` raises ValueError.
     """
     weigh = CORRECTIONS.get(mode)
     with torch.no_grad():
         on = mask.bool() & correctable.bool()
-        ratio = (old_logprobs.float() - engine_logprobs.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
+        log_ratio = torch.where(on, old_logprobs.float() - engine_logprobs.float(), torch.zeros_like(old_logprobs, dtype=torch.float32))
+        if CORRECTIONS.needs(mode).sequence:
+            log_ratio = log_ratio.sum(-1, keepdim=True).expand_as(log_ratio)
+        ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
         raw = weigh(ratio, cap)
         weights = torch.where(on, raw, torch.ones_like(raw))
         count = on.sum()

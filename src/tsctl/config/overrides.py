@@ -9,7 +9,8 @@ Hydra parses every ``KEY=VALUE`` after a command, so some would pass composition
   sweep and plans its points itself: :data:`ABLATE_HYDRA`);
 - a key the command never reads (:data:`READ_BY`): ``shards.*`` outside ``tsctl seed`` and ``tsctl rollout``,
   the checkpoint and benchmark choice of ``tsctl eval`` elsewhere, ``report.*`` outside ``tsctl ablate`` and
-  ``tsctl report``, ``resume`` outside ``tsctl train``.
+  ``tsctl report``, ``resume`` outside ``tsctl train``, the training reward's control ``task.reward``/``task.reward_p``
+  outside ``tsctl train``, ``tsctl rollout`` and ``tsctl ablate`` (the others grade correctness).
 
 Only what is written on the command line is checked: a group or preset file may set any key.
 """
@@ -36,6 +37,8 @@ READ_BY: dict[str, tuple[str, ...]] = {
     "eval.on_bad_row": ("eval",),
     "report.": ("ablate", "report"),
     "resume": ("train",),
+    "task.reward": ("train", "rollout", "ablate"),
+    "task.reward_p": ("train", "rollout", "ablate"),
 }
 """A key (or ``prefix.``) set on the command line -> the commands that read it; any other command would ignore it."""
 

@@ -29,6 +29,10 @@ class Stream(IntEnum):
     """A window's choice of behaviour snapshot per prompt (``seeds.selector``)."""
     EXTRA_PROMPTS = 7
     """Dynamic sampling's refill prompts (one stream per step and round)."""
+    POLICY_LOSS = 8
+    """The policy loss's random choices of the update (``algo.policy_loss=clip_cov``: the tokens whose gradient it drops)."""
+    REWARD = 9
+    """``task.reward=random``: each training sample's reward, drawn per sample (group and place in it) of the step."""
     RESAMPLE = 10
     """Dynamic sampling's refill round ``r`` samples with purpose ``RESAMPLE + r``."""
     ARM = 100

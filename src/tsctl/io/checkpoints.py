@@ -6,6 +6,11 @@ continues bit for bit. A checkpoint is written into a temp folder and renamed wh
 process killed while saving leaves no folder that :func:`latest_checkpoint` would pick up (the
 temp folder ``.step-N.*.tmp`` is deleted when the run is next opened, see :mod:`tsctl.io.run_lock`).
 A full disk raises :class:`tsctl.io.atomic.WriteError` and leaves the older checkpoints as they were.
+
+Reading a checkpoint runs no code from it: ``trainer_state.pt`` (and a rank's ``rng-rank<r>.pt``) is loaded with
+``torch.load(weights_only=True)``, which rebuilds tensors and plain containers only, plus the numpy types of the
+RNG state (:data:`RNG_TYPES`). A file that names anything else (a crafted pickle in a shared runs folder) is refused
+in one line, none of it run: :func:`load_trusted`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,17 @@ from tsctl.io import atomic, faults
 from tsctl.io.adapters import holds_weights, save_weights
 
 STATE_FILE = "trainer_state.pt"
+
+_RECONSTRUCT = np._core.multiarray._reconstruct if hasattr(np, "_core") else np.core.multiarray._reconstruct
+RNG_TYPES: list[Any] = [
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+    _RECONSTRUCT,
+    (_RECONSTRUCT, "numpy.core.multiarray._reconstruct"),  # the name a numpy 1.x checkpoint gives it
+]
+"""What ``torch.load(weights_only=True)`` may rebuild beyond tensors and containers: numpy's RNG state (``MT19937`` key,
+a ``uint32`` array), as :func:`rng_state` saves it; nothing that can run code."""
 
 
 class DamagedCheckpoint(RuntimeError):
@@ -91,12 +107,46 @@ def load_state(path: Path) -> dict[str, Any]:
     Raises:
         DamagedCheckpoint: the file is damaged (the fix: :func:`checkpoint_fix`).
     """
+    return load_trusted(path / STATE_FILE)
+
+
+def load_trusted(file: Path) -> Any:
+    """A ``torch.save`` file of a checkpoint folder, rebuilt from tensors, containers and :data:`RNG_TYPES` alone (no
+    code of the file runs).
+
+    Raises:
+        DamagedCheckpoint: the file is damaged, or names other objects (it was not written by tsctl: loading them
+            could run code); the message names the file, what it holds and the fix.
+    """
+    fix = checkpoint_fix(file.parent) or "save it again"
     try:
-        return torch.load(path / STATE_FILE, weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
-        first = str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
-        fix = checkpoint_fix(path) or "save it again"
-        raise DamagedCheckpoint(f"could not load {path / STATE_FILE}: {first}; this checkpoint's files are damaged or incomplete: {fix}") from None
+        with torch.serialization.safe_globals(RNG_TYPES):
+            return torch.load(file, weights_only=True)
+    except pickle.UnpicklingError as err:
+        foreign = _foreign_globals(file)
+        if foreign:
+            raise DamagedCheckpoint(
+                f"refused to load {file}: it names {', '.join(foreign[:3])}, which tsctl never writes into a checkpoint, and "
+                f"loading it could run code; nothing of it was run: {fix}"
+            ) from None
+        raise DamagedCheckpoint(f"could not load {file}: {_first_line(err)}; this checkpoint's files are damaged or incomplete: {fix}") from None
+    except (RuntimeError, EOFError) as err:
+        raise DamagedCheckpoint(f"could not load {file}: {_first_line(err)}; this checkpoint's files are damaged or incomplete: {fix}") from None
+
+
+def _foreign_globals(file: Path) -> list[str]:
+    """The names in ``file``'s pickle that are neither torch's safe globals nor :data:`RNG_TYPES` (read from its opcodes,
+    nothing run); empty where the file cannot be read that way."""
+    allowed = {f"{t.__module__}.{t.__qualname__}" if not isinstance(t, tuple) else t[1] for t in RNG_TYPES}
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(file)
+    except Exception:  # noqa: BLE001 - a file too damaged to list: reported as damaged by the caller
+        return []
+    return [name for name in names if name not in allowed]
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
 
 
 def checkpoint_fix(path: Path) -> str | None:

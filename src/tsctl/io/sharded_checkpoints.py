@@ -36,7 +36,7 @@ from tsctl.distributed.fsdp import full_tensors
 from tsctl.distributed.world import barrier, broadcast_object, current
 from tsctl.io import atomic, faults
 from tsctl.io.adapters import ADAPTER_NAME, adapter_file_tensors, has_adapter, write_adapter
-from tsctl.io.checkpoints import STATE_FILE, checkpoint_path, rng_state, set_rng_state
+from tsctl.io.checkpoints import STATE_FILE, checkpoint_path, load_trusted, rng_state, set_rng_state
 
 SHARDS_DIR = "dcp"
 """The DCP folder of a checkpoint written by several ranks."""
@@ -121,7 +121,7 @@ def load_training_state(path: Path, state: dict[str, Any], model: torch.nn.Modul
 def restore_rng(path: Path, state: dict[str, Any]) -> None:
     """This rank's RNG states: its own file of checkpoint ``path``, else rank 0's (a rank the writing job did not have)."""
     own = path / rng_file(current().rank)
-    set_rng_state(torch.load(own, weights_only=False) if own.is_file() else state["rng"])
+    set_rng_state(load_trusted(own) if own.is_file() else state["rng"])
 
 
 def _by_name(saved: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
+from torch._dynamo import config as dynamo_config
 from torch.fx.experimental import _config as fx_config
 from transformers import PreTrainedModel
 
@@ -33,6 +34,13 @@ _COMPILE_TIMER = "_compile.compile_inner"
 """The phase ``torch._dynamo`` times around each compile of a frame (tracing and the backend's forward and
 backward code generation)."""
 
+
+_CHECKPOINTED_SIDE_EFFECTS = {"skip_fwd_side_effects_in_bwd_under_checkpoint": True}
+"""Under activation checkpointing a layer's forward runs inside the checkpoint's higher-order op, where dynamo refuses
+any write to state outside it, and transformers (5.2x) writes one in every layer: its output-capturing hooks set a
+context variable (``output_capturing.CompileableContextVar``). Refused, the whole layer falls back to eager and
+nothing compiles; allowed, the write is not replayed when backward recomputes the layer, which changes nothing here
+(the update captures no hidden states or attentions)."""
 
 class CompileStats(NamedTuple):
     """What this process has compiled so far: distinct graphs, and seconds spent compiling them."""
@@ -75,7 +83,8 @@ class CompiledLayers:
         for layer, compiled in zip(self.layers, self._compiled):
             layer.forward = compiled
         try:
-            with fx_config.patch(use_duck_shape=False):  # two sizes equal by chance stay two symbols (no recompile when they differ)
+            # use_duck_shape off: two sizes equal by chance stay two symbols (no recompile when they differ)
+            with fx_config.patch(use_duck_shape=False), dynamo_config.patch(**_CHECKPOINTED_SIDE_EFFECTS):
                 yield
         finally:
             for layer, own in zip(self.layers, self._own):

@@ -5,7 +5,7 @@ that is *refused* is one the user clearly expects to change the run; one *left* 
 set by a group or preset file on purpose):
 
 - ``ratio=0`` (no seeds; :func:`tsctl.seeds.base.uses_seeds`): ``truncation``, ``refresh``,
-  every ``seeds.*`` key and ``algo.prefix_clip_c`` are read only by Thinking Seeds: refused.
+  every ``seeds.*`` key, ``algo.prefix_clip_c`` and ``algo.stale_mask`` are read only by Thinking Seeds: refused.
 - ``truncation``: the ``seeds.*`` keys each strategy declares it ``reads`` (``seeds.fraction``
   for ``fixed``, ``seeds.lo``/``seeds.hi`` for ``uniform`` and ``boundary``, ``seeds.entropy_window``
   for ``entropy``, ``seeds.schedule*`` for ``schedule``): each refused under a strategy that does
@@ -17,14 +17,21 @@ set by a group or preset file on purpose):
   ``seeds.bandit_c`` without ``bandit``, ``seeds.probe_*`` without ``max_entropy``): refused.
 - ``seeds.source``: ``seeds.source_path`` with ``self``, ``seeds.trace_logprobs`` without
   ``traces``: refused.
+- ``seeds.trace_logprobs``: ``seeds.shaping_gamma`` without ``shaping``; ``cap``/``shaping`` with
+  ``seeds.train_prefix=false`` (no prefix token in the loss); ``algo.prefix_clip_c`` with ``shaping`` and
+  ``seeds.source=traces`` (every prefix token is a shaped trace token, never clipped): refused.
+- ``algo.stale_mask``: a mask with ``seeds.train_prefix=false`` (no seed-prefix token in the loss), or with
+  ``seeds.source=traces`` and ``seeds.trace_logprobs=exclude|shaping`` (no prefix token in the loss, or none with a
+  ratio to bound): refused; the keys of another mask's settings block (``algo.m2po.*`` without ``m2po``): refused, as below.
 - ``algo.adv_estimator``, ``algo.policy_loss``, ``algo.loss``: the ``algo.*`` keys another entry declares it ``reads``
   (``algo.norm_adv_by_std``/``algo.adv_eps`` without the estimator ``grpo``; ``algo.clip_low``/``clip_high``/``clip_c``
   with the policy loss ``cispo``, and ``algo.prefix_clip_c`` with one that declares no ``prefix_clip``), and every key
   of another entry's settings block (``algo.cispo.*`` without ``cispo``): refused.
 - ``algo.overlong``: ``algo.overlong_buffer``/``algo.overlong_penalty`` without ``penalty``: refused.
 - ``algo.dynamic_sampling``: ``algo.max_resample_rounds`` when off: refused.
+- ``task.reward``: ``task.reward_p`` without ``random``: refused.
 - ``algo.rollout_correction``: ``algo.rollout_correction_cap`` with ``none``: refused.
-- ``algo.kl_coef``: ``algo.ref_placement`` at 0 (no reference model is loaded): refused.
+- ``algo.kl_coef``: ``algo.ref_placement`` and ``algo.kl_type`` at 0 (no reference model is loaded, no KL term): refused.
 - ``trainer.nonfinite``: ``trainer.max_nonfinite_skips`` with ``stop``: refused.
 - ``model.lora.rank``: ``model.lora.alpha``/``dropout``/``target_modules`` at rank 0 (no adapter), and
   ``algo.ref_placement`` with an adapter (the reference is the policy with its adapter off, nothing to place): refused.
@@ -48,11 +55,13 @@ from typing import Any
 from tsctl.algo.advantages import ADVANTAGES
 from tsctl.algo.aggregations import AGGREGATIONS
 from tsctl.algo.losses import POLICY_LOSSES
+from tsctl.algo.stale_masks import STALE_MASKS
 from tsctl.config.errors import ConfigError
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.schema.model import LoraConfig
 from tsctl.config.schema.rl import AlgoConfig, SeedsConfig
+from tsctl.config.schema.task import TaskConfig
 from tsctl.config.schema.trainer import TrainerConfig
 from tsctl.seeds.selectors import SELECTORS
 from tsctl.seeds.sources import SOURCES
@@ -60,7 +69,7 @@ from tsctl.seeds.truncation import STRATEGIES
 
 _SEEDS, _ALGO, _TRAINER, _TOP, _LORA = SeedsConfig(), AlgoConfig(), TrainerConfig(), TsctlConfig(), LoraConfig()
 
-ALGO_ENTRIES = (POLICY_LOSSES, AGGREGATIONS, ADVANTAGES)
+ALGO_ENTRIES = (POLICY_LOSSES, AGGREGATIONS, ADVANTAGES, STALE_MASKS)
 """The registries whose entries read ``algo.*`` keys and keep settings blocks in ``algo``, all refused when idle."""
 
 Idle = tuple[str, str, str]
@@ -78,6 +87,7 @@ def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
     for registry in ALGO_ENTRIES:
         found += _entry_keys(cfg.algo, registry)
     found += _algo_and_trainer(cfg)
+    found += _task(cfg)
     found += _lora(cfg)
     return [ConfigError(key, f"{_value(cfg, key)!r} cannot take effect: {why}; {fix}") for key, why, fix in found]
 
@@ -94,7 +104,7 @@ def _without_seeds(cfg: TsctlConfig) -> list[Idle]:
     """``ratio=0``: every key only Thinking Seeds reads."""
     keys = [k for k in ("truncation", "refresh") if _changed(cfg, _TOP, k)]
     keys += [f"seeds.{f.name}" for f in fields(SeedsConfig) if _changed(cfg.seeds, _SEEDS, f.name)]
-    keys += ["algo.prefix_clip_c"] if _changed(cfg.algo, _ALGO, "prefix_clip_c") else []
+    keys += [f"algo.{k}" for k in ("prefix_clip_c", "stale_mask") if _changed(cfg.algo, _ALGO, k)]
     return [(key, "it is read by Thinking Seeds runs only and ratio=0", "set ratio > 0 (e.g. ratio=25) or drop it") for key in keys]
 
 
@@ -153,6 +163,21 @@ def _seeds(cfg: TsctlConfig) -> list[Idle]:
     if source.known_logprobs and _changed(s, _SEEDS, "trace_logprobs"):
         unknown = "|".join(name for name in sources.names() if not sources.needs(name).known_logprobs)
         found.append(("seeds.trace_logprobs", f"it is read only with seeds.source={unknown} (pi_b's log-probs unknown)", f"set seeds.source={unknown} or drop it"))
+    return found + _trace_tokens(cfg)
+
+
+def _trace_tokens(cfg: TsctlConfig) -> list[Idle]:
+    """``ratio > 0``: the keys that the treatment of trace tokens (``seeds.trace_logprobs``) turns off."""
+    s, found = cfg.seeds, []
+    if s.trace_logprobs != "shaping" and _changed(s, _SEEDS, "shaping_gamma"):
+        found.append(("seeds.shaping_gamma", f"it is read only with seeds.trace_logprobs=shaping (got {s.trace_logprobs})", "set seeds.trace_logprobs=shaping or drop it"))
+    if not s.train_prefix and _changed(s, _SEEDS, "trace_logprobs"):
+        found.append(("seeds.trace_logprobs", "seeds.train_prefix=false keeps every prefix token, trace tokens too, out of the loss", "drop one of them"))
+    unknown = not SOURCES.needs(s.source).known_logprobs
+    if unknown and s.trace_logprobs == "shaping" and _changed(cfg.algo, _ALGO, "prefix_clip_c"):
+        found.append(("algo.prefix_clip_c", f"with seeds.source={s.source} every prefix token is a shaped trace token, which is never clipped", "drop it"))
+    if unknown and cfg.algo.stale_mask != "none" and s.trace_logprobs != "cap":
+        found.append(("algo.stale_mask", f"with seeds.source={s.source} and seeds.trace_logprobs={s.trace_logprobs} no prefix token keeps a ratio against pi_b in the loss to mask", "set seeds.trace_logprobs=cap or drop it"))
     return found
 
 
@@ -168,9 +193,20 @@ def _algo_and_trainer(cfg: TsctlConfig) -> list[Idle]:
         found.append(("algo.rollout_correction_cap", "algo.rollout_correction=none weights no token", "set algo.rollout_correction=tis or mis, or drop it"))
     if al.kl_coef == 0 and _changed(al, _ALGO, "ref_placement"):
         found.append(("algo.ref_placement", "algo.kl_coef=0 loads no reference model", "set algo.kl_coef > 0 or drop it"))
+    if al.stale_mask != "none" and cfg.ratio > 0 and not cfg.seeds.train_prefix:
+        found.append(("algo.stale_mask", "seeds.train_prefix=false leaves no seed-prefix token in the loss to mask", "drop one of them"))
+    if al.kl_coef == 0 and _changed(al, _ALGO, "kl_type"):
+        found.append(("algo.kl_type", "algo.kl_coef=0 has no KL term", "set algo.kl_coef > 0 (e.g. algo.kl_coef=0.1) or drop it"))
     if tr.nonfinite == "stop" and _changed(tr, _TRAINER, "max_nonfinite_skips"):
         found.append(("trainer.max_nonfinite_skips", "trainer.nonfinite=stop skips nothing", "set trainer.nonfinite=skip or drop it"))
     return found
+
+
+def _task(cfg: TsctlConfig) -> list[Idle]:
+    """``task.reward_p`` without the random reward."""
+    if cfg.task.reward != "random" and cfg.task.reward_p != TaskConfig().reward_p:
+        return [("task.reward_p", f"it is read only with task.reward=random (got {cfg.task.reward})", "set task.reward=random or drop it")]
+    return []
 
 
 def _lora(cfg: TsctlConfig) -> list[Idle]:

@@ -1,4 +1,4 @@
-"""Refusals of what the chosen entries need: each entry's own check (a task's settings, an engine's rules), what one
+"""Refusals of what the chosen entries need: each entry's own check (a task's settings, an engine's rules, an advantage estimator's), what one
 entry needs of another (a selector's pool, a truncation's entropies, a seed source's path), and the checks that need
 a package's logic (how many samples ``ratio`` seeds, where pi_old may come from)."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tsctl.algo.advantages import ADVANTAGES
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.own_logprobs import check_old_logprobs
@@ -23,6 +24,7 @@ def check_needs(cfg: TsctlConfig) -> None:
     ENGINES.needs(cfg.engine.name).check(cfg, ENGINES.settings(cfg.engine.name, cfg.engine))
     check_old_logprobs(cfg)
     _ratio(cfg)
+    _estimator(cfg)
     _seeds(cfg)
 
 
@@ -35,6 +37,13 @@ def _ratio(cfg: TsctlConfig) -> None:
                           f"{seeded_count(cfg)}) and tsctl records it itself; drop it, or set the ratio that seeds {cfg.seeded}")
     if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
+
+
+def _estimator(cfg: TsctlConfig) -> None:
+    """The advantage estimator's own ``check``, given the samples of each group its statistics are taken over."""
+    name = cfg.algo.adv_estimator
+    stats = cfg.trainer.n - (seeded_count(cfg) if cfg.seeds.adv_group == "plain" else 0)
+    ADVANTAGES.needs(name).check(cfg, ADVANTAGES.settings(name, cfg.algo), stats)
 
 
 def _seeds(cfg: TsctlConfig) -> None:

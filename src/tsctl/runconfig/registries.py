@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from tsctl.algo.advantages import ADVANTAGES
 from tsctl.algo.aggregations import AGGREGATIONS
+from tsctl.algo.divergences import DIVERGENCES
 from tsctl.algo.losses import POLICY_LOSSES
 from tsctl.algo.rollout_correction import CORRECTIONS
+from tsctl.algo.stale_masks import STALE_MASKS
 from tsctl.config.blocks import with_blocks
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
@@ -20,11 +22,11 @@ from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import STRATEGIES
 from tsctl.tasks.registry import TASKS
 
-REGISTRIES: tuple[Registry, ...] = (AGGREGATIONS, POLICY_LOSSES, ADVANTAGES, CORRECTIONS, STRATEGIES, TASKS, ENGINES, SELECTORS, SOURCES)
+REGISTRIES: tuple[Registry, ...] = (AGGREGATIONS, POLICY_LOSSES, ADVANTAGES, CORRECTIONS, DIVERGENCES, STALE_MASKS, STRATEGIES, TASKS, ENGINES, SELECTORS, SOURCES)
 """The registry of every config key that names an implementation (each registry's ``key``)."""
 
-NONE_ALLOWED = (CORRECTIONS,)
-"""Registries whose key also takes ``none`` (no entry: ``algo.rollout_correction=none``)."""
+NONE_ALLOWED = (CORRECTIONS, STALE_MASKS)
+"""Registries whose key also takes ``none`` (no entry: ``algo.rollout_correction=none``, ``algo.stale_mask=none``)."""
 
 
 def schema() -> type:

@@ -22,6 +22,7 @@ from tsctl.io.shard_place import shard_place
 from tsctl.io.shards import read_shard, write_shard
 from tsctl.seeds.base import seeds_from_table
 from tsctl.stages.warmup import base_model_path
+from tsctl.tasks.reward_controls import training_reward
 from tsctl.trainer.rewards import sample_advantages
 from tsctl.trainer.rollout import Sampler, collect_groups, servable_task, step_params
 from tsctl.trainer.rollout_shard import rollout_columns
@@ -55,7 +56,7 @@ def _write_rollouts(composed: Composed, out: Path) -> Path:
             "long for this engine); use the task, engine and model settings the seeds were made with"
         )
     groups = [seeds[g * k : (g + 1) * k] for g in range(len(prompt_ids))]
-    samples = collect_groups(Sampler(policy.engine, policy.formatter, task), [by_id[pid] for pid in prompt_ids], groups, cfg.trainer.n, step_params(cfg, cfg.shards.data_step))
+    samples = collect_groups(Sampler(policy.engine, policy.formatter, task, training_reward(cfg.task, cfg.seed, cfg.shards.data_step)), [by_id[pid] for pid in prompt_ids], groups, cfg.trainer.n, step_params(cfg, cfg.shards.data_step))
     advantages = sample_advantages(samples, cfg)
     write_shard(out, "rollout", rollout_columns(samples, advantages, target.step or 0), overwrite=cfg.shards.overwrite)
     reward = sum(s.reward for s in samples) / len(samples)

@@ -18,6 +18,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
 from tsctl.seeds.base import uses_seeds
 from tsctl.tasks.base import Problem, Task
+from tsctl.trainer.denominators import shaping_gamma
 from tsctl.trainer.nonfinite import NonFiniteGuard
 from tsctl.trainer.parallel import Parallel
 
@@ -69,6 +70,6 @@ class StepContext:
         if self.parallel is None:
             self.parallel = Parallel(self.model)
         if self.objective is None:
-            self.objective = Objective(self.cfg.algo, seeded=uses_seeds(self.cfg))
+            self.objective = Objective(self.cfg.algo, seeded=uses_seeds(self.cfg), shaping_gamma=shaping_gamma(self.cfg))
         if self.forward is None:
             self.forward = Forward.of(self.cfg)

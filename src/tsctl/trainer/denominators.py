@@ -17,6 +17,10 @@ wrote it, so its seed shard stores NaN log-probs. ``seeds.trace_logprobs`` choos
   dual clip (``algo.prefix_clip_c``). The gradient is the on-policy one of a token the policy did
   not choose: it raises (A > 0) or lowers (A < 0) the policy's probability of the trace's tokens,
   bounded per step by the clip range.
+- ``shaping``: LUFFY's policy shaping (:mod:`tsctl.algo.luffy_shaping`): pi_b := 1 (denominator
+  ``log 1 = 0``), and the objective gives those tokens the unclipped loss ``-A f(pi_theta)``,
+  ``f(pi) = pi / (pi + seeds.shaping_gamma)``, whose gradient is largest on the trace tokens the
+  policy finds least likely.
 
 Prefix tokens with a known pi_b are untouched; without trace seeds the denominators are pi_b on
 prefix tokens and pi_old elsewhere.
@@ -31,8 +35,9 @@ import torch
 from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import RolloutBatch, pi_b_on_prefix
 from tsctl.models.samples import PREFIX
+from tsctl.seeds.base import uses_seeds
 
-TRACE_LOGPROBS = ("exclude", "cap")
+TRACE_LOGPROBS = ("exclude", "cap", "shaping")
 """Values of ``seeds.trace_logprobs``."""
 
 
@@ -56,14 +61,14 @@ def ratio_denominators(
         recompute: pi_old's teacher-forced log-probs [b, T] of some rows, for the prefix tokens ``cap`` needs when
             ``old`` is the engine's; None when ``old`` is a teacher-forced forward already.
 
-    Prefix tokens of unknown pi_b get 0 under ``exclude`` (they are out of the loss mask) and pi_old's
-    log-prob under ``cap``.
+    Prefix tokens of unknown pi_b get 0 under ``exclude`` (they are out of the loss mask) and ``shaping`` (pi_b := 1,
+    LUFFY's), and pi_old's log-prob under ``cap``.
     """
     denominators = pi_b_on_prefix(old, batch)
     unknown = unknown_pi_b(batch)
     if not bool(unknown.any()):
         return denominators
-    if cfg.seeds.trace_logprobs == "exclude":
+    if cfg.seeds.trace_logprobs in ("exclude", "shaping"):
         return torch.where(unknown, torch.zeros_like(denominators), denominators)
     current = old
     if recompute is not None:
@@ -72,3 +77,9 @@ def ratio_denominators(
         current = old.clone()
         current[rows, : recomputed.shape[1]] = recomputed
     return torch.where(unknown, current, denominators)
+
+
+def shaping_gamma(cfg: TsctlConfig) -> Optional[float]:
+    """``seeds.shaping_gamma`` when the objective shapes trace tokens (``seeds.trace_logprobs=shaping`` in a Thinking
+    Seeds run), else None."""
+    return cfg.seeds.shaping_gamma if uses_seeds(cfg) and cfg.seeds.trace_logprobs == "shaping" else None

@@ -15,6 +15,7 @@ from tsctl.seeds.base import Seed, uses_seeds
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.grading import answer_found
 from tsctl.tasks.registry import build_task
+from tsctl.tasks.reward_controls import TrainingReward, training_reward
 from tsctl.tasks.schedule import extra_prompts, step_prompts
 from tsctl.trainer.context import StepContext
 
@@ -34,18 +35,20 @@ def servable_task(cfg: TsctlConfig, formatter: PromptFormatter, engine: Engine, 
 
 @dataclass(frozen=True)
 class Sampler:
-    """What samples a group and grades it: the engine, the prompt formatter, the task's verifier."""
+    """What samples a group and grades it: the engine, the prompt formatter, the task's verifier, and what a sample is
+    rewarded for (``task.reward`` at the step; the grade by default)."""
 
     engine: Engine
     formatter: PromptFormatter
     task: Task
+    reward: TrainingReward = TrainingReward()
 
 
 def collect_groups(
     sampler: Sampler, problems: Sequence[Problem], seeds: Sequence[Sequence[Seed]] | None, n: int, params: SamplingParams, first_group: int = 0,
 ) -> list[Sample]:
-    """Sample ``n`` responses for each problem with ``sampler`` and grade them (the reward, and whether a final answer
-    was found).
+    """Sample ``n`` responses for each problem with ``sampler`` and grade them (the reward, ``sampler.reward`` of the
+    task's grade, and whether a final answer was found).
 
     The first ``len(seeds[i])`` samples of group ``i`` continue those seeds' prefixes (one distinct
     seed each; a seed cut at 0 leaves the prefix empty, but its sample is still ``seeded``); the rest
@@ -54,20 +57,20 @@ def collect_groups(
     (at least one token) and is marked unfinished when it runs out.
     """
     engine, formatter, task = sampler.engine, sampler.formatter, sampler.task
-    plan: list[tuple[int, Seed | None]] = []
+    plan: list[tuple[int, int, Seed | None]] = []
     requests: list[Request] = []
     for i, problem in enumerate(problems):
         prompt = formatter.prompt_ids(problem.question)
         group_seeds = list(seeds[i])[:n] if seeds else []
         for j in range(n):
             seed = group_seeds[j] if j < len(group_seeds) else None
-            plan.append((i, seed))
+            plan.append((i, j, seed))
             prefix = seed.prefix_ids if seed else ()
             budget = max(1, params.max_new_tokens - len(prefix)) if prefix else None
             requests.append(Request(prompt_ids=prompt, prefix_ids=prefix, max_new_tokens=budget))
     completions = engine.generate(requests, params)
     samples = []
-    for (i, seed), request, out in zip(plan, requests, completions):
+    for (i, j, seed), request, out in zip(plan, requests, completions):
         sample = Sample(
             group=first_group + i,
             prompt_id=problems[i].id,
@@ -84,8 +87,8 @@ def collect_groups(
             sample.behaviour_step, sample.behaviour_checkpoint = seed.behaviour_step, seed.checkpoint
             sample.seed_reward, sample.seed_fraction, sample.seed_predicted = seed.behaviour_reward, seed.fraction, seed.predicted
         text = formatter.decode(sample.response_ids)
-        sample.reward = task.reward(problems[i], text)
         sample.answer_found = answer_found(text, task.answer_marker)
+        sample.reward = sampler.reward(task.reward(problems[i], text), sample.answer_found, sample.group, j)
         samples.append(sample)
     return samples
 
@@ -121,7 +124,7 @@ def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
     indices = indices[block.start : block.stop]
     group_seeds = group_seeds[block.start : block.stop] if group_seeds is not None else None
     params = step_params(cfg, step, seed=parallel.sampling_seed)
-    sampler = Sampler(ctx.engine, ctx.formatter, ctx.task)
+    sampler = Sampler(ctx.engine, ctx.formatter, ctx.task, training_reward(cfg.task, cfg.seed, step))
     samples = collect_groups(sampler, [ctx.problems[i] for i in indices], group_seeds, tr.n, params, first_group=block.start)
     if not cfg.algo.dynamic_sampling:
         return parallel.gather_samples(samples)

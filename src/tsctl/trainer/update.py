@@ -21,8 +21,11 @@ policy loss ``algo.policy_loss``, the rollout correction's weights, the KL and e
 CUDA by default while the parameters, their gradients and AdamW's state stay float32). Each mini-batch passes the
 non-finite guard (:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step. With ``trainer.compile``
 the forwards run the policy's compiled decoder layers (:mod:`tsctl.models.compiled`). Logged per step: the policy
-loss's metrics over the loss tokens, by source and position; ``kl_ref`` over the KL's tokens; with a rollout
-correction, ``rollout_correction/weight_mean`` and ``rollout_correction/corrected_share``.
+loss's metrics over the loss tokens, by source and position (an entry's own, such as ``masked``, overall and as
+``<name>_by_source/<source>``); ``kl_ref`` over the KL's tokens; with a rollout correction,
+``rollout_correction/weight_mean`` and ``rollout_correction/corrected_share``; with a stale-token mask,
+``<name>/masked`` and ``<name>/m2`` (``m2po/masked``); with ``seeds.trace_logprobs=shaping``, ``shaped`` (the share of
+loss tokens LUFFY's shaping trains, overall and ``shaped_by_source/<source>``).
 
 Under ``torchrun`` (``parallel``, :mod:`tsctl.trainer.parallel`) every rank holds the whole batch and
 shuffles it as one process does; it trains on its block of each mini-batch, dividing by the whole
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from tsctl.algo.aggregations import Norms, loss_norms
+from tsctl.algo.losses import METRICS
 from tsctl.algo.objective import Loss, Tokens
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.rng import Stream, step_seed
@@ -75,6 +79,8 @@ class _Step:
     ref: torch.Tensor | None
     engine: torch.Tensor | None
     guard: NonFiniteGuard
+    draws: torch.Generator
+    shaped: torch.Tensor | None
 
     def tokens(self, idx: torch.Tensor, sub: RolloutBatch, logprobs: torch.Tensor, entropy: torch.Tensor | None) -> Tokens:
         """The objective's inputs of the rows ``idx`` (the micro-batch ``sub``) with their forward's log-probs and entropies."""
@@ -83,7 +89,7 @@ class _Step:
         def cut(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t[idx][:, :T]
 
-        return Tokens(logprobs, cut(self.old), sub.advantages, cut(self.mask), sub.source == PREFIX, entropy, cut(self.ref), cut(self.engine))
+        return Tokens(logprobs, cut(self.old), sub.advantages, cut(self.mask), sub.source == PREFIX, entropy, cut(self.ref), cut(self.engine), self.draws, cut(self.shaped))
 
 
 def policy_update(ctx: StepContext, batch: RolloutBatch, pi_old: PiOld, ref: torch.Tensor | None, step: int) -> MetricSums:
@@ -96,12 +102,15 @@ def policy_update(ctx: StepContext, batch: RolloutBatch, pi_old: PiOld, ref: tor
         pi_old: the step's pi_old (:func:`tsctl.trainer.pi_old.step_pi_old`): its ratio denominators [B, T] (pi_b on
             prefix tokens, pi_old elsewhere) and the engine's log-probs [B, T] the rollout correction weighs against.
         ref: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
-        step: the step (from 0): the rows are shuffled by its stream (part of the resumable RNG state).
+        step: the step (from 0): the rows are shuffled by its stream, and the policy loss draws from another (both
+            part of the resumable RNG state).
     """
     tr = ctx.cfg.trainer
     guard = ctx.guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
     engine = pi_old.engine_logprobs if ctx.objective.corrects else None
-    whole = _Step(batch, loss_mask(batch, ctx.cfg), pi_old.denominators, ref, engine, guard)
+    draws = torch.Generator().manual_seed(step_seed(ctx.cfg.seed, step, Stream.POLICY_LOSS))
+    shaped = unknown_pi_b(batch) if ctx.objective.shaping_gamma is not None else None  # LUFFY's trace tokens
+    whole = _Step(batch, loss_mask(batch, ctx.cfg), pi_old.denominators, ref, engine, guard, draws, shaped)
     shuffle = torch.Generator().manual_seed(step_seed(ctx.cfg.seed, step, Stream.SHUFFLE))
     metrics = MetricSums()
     ctx.model.train()
@@ -169,11 +178,16 @@ def _record(metrics: MetricSums, loss: Loss, sub: RolloutBatch, ctx: StepContext
         metrics.add_pairs("rollout_correction", loss.correction)
     if loss.kl is not None:
         metrics.add_tokens("kl_ref", *loss.kl)
+    if loss.stale is not None:
+        metrics.add_pairs(ctx.cfg.algo.stale_mask, loss.stale)
     for name in ("clip_low", "clip_high", "clipped", "kl_k3", "pg_loss"):
         metrics.add_tokens(name, token[name], mask)
     if ctx.objective.dual_clip:
         metrics.add_tokens("clip_dual", token["clip_dual"], mask)
     metrics.add_tokens("ratio", token["ratio"], mask)
+    for name in sorted(token.keys() - set(METRICS)):  # the policy loss's own metrics (``masked``...), overall and by source
+        metrics.add(name, token[name][mask].double().sum(), mask.sum())
+        metrics.add_pairs(f"{name}_by_source", split_by_source(token[name], mask, sub.source))
     metrics.add_pairs("clipped_by_source", split_by_source(token["clipped"], mask, sub.source))
     metrics.add_pairs("ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
     metrics.add_pairs("clipped_by_pos", absolute_bins(token["clipped"], mask, bins, response_mask=sub.resp_mask))

@@ -3,6 +3,8 @@ Thinking Seeds knobs ``ratio`` and ``refresh``."""
 
 from __future__ import annotations
 
+import math
+
 from tsctl.config.errors import ConfigError
 from tsctl.config.ranges import in_range, non_negative, one_of, positive
 from tsctl.config.schema import TsctlConfig
@@ -55,6 +57,8 @@ def _seeds(cfg: TsctlConfig) -> None:
     for key in ("fraction", "lo", "hi", "entropy_window", "schedule_start", "schedule_end", "target_pass", "controller_band"):
         in_range(f"seeds.{key}", getattr(s, key), 0.0, 1.0)
     positive("seeds.controller_prior", s.controller_prior)
+    if not 0 < s.shaping_gamma < math.inf:
+        raise ConfigError("seeds.shaping_gamma", f"{s.shaping_gamma} is out of range; allowed: 0 < seeds.shaping_gamma < inf (LUFFY's 0.1)")
     if s.lo > s.hi:
         raise ConfigError("seeds.lo", f"seeds.lo={s.lo} must be <= seeds.hi={s.hi}")
     one_of("seeds.adv_group", s.adv_group, ADV_GROUPS)

@@ -42,12 +42,19 @@ class AlgoConfig:
     (``algo/gspo.py``: one ratio per sequence, the geometric mean over its suffix and plain tokens,
     clipped as a whole; seed-prefix tokens keep their own ratio and ``prefix_clip_c``) or ``cispo``
     (``algo/cispo.py``: the importance weight truncated at ``1 + algo.cispo.eps_high`` under a stop-gradient, every
-    token keeping its gradient; it reads none of the clip keys). A policy loss's own settings are ``algo.<name>.*``."""
+    token keeping its gradient; it reads none of the clip keys), ``clip_cov`` (``algo/clip_cov.py``: ``vanilla`` with
+    the gradient dropped on a random ``algo.clip_cov.clip_ratio`` share of the tokens whose covariance of log-prob and
+    advantage lies in ``[algo.clip_cov.cov_lb, algo.clip_cov.cov_ub]``), ``kl_cov`` (``algo/kl_cov.py``: ``vanilla``
+    plus ``algo.kl_cov.kl_coef * |log pi_theta - log pi_old|`` on the top ``algo.kl_cov.k_ratio`` share by that
+    covariance) or ``forking_tokens`` (``algo/forking_tokens.py``: ``vanilla`` on the top
+    ``algo.forking_tokens.top_share`` of tokens by entropy only). A policy loss's own settings are ``algo.<name>.*``."""
     adv_estimator: str = "grpo"
     """The advantage estimator (``algo/advantages.py``'s ``ADVANTAGES``): ``grpo`` (group mean, and std with
     ``norm_adv_by_std``), ``rloo`` (``algo/rloo.py``: leave-one-out group mean, no scaling) or
-    ``reinforce_pp_baseline`` (``algo/reinforce_pp.py``: group mean, then whitened over the batch's tokens).
-    All take their group statistics over the samples ``seeds.adv_group`` selects."""
+    ``reinforce_pp_baseline`` (``algo/reinforce_pp.py``: group mean, then whitened over the batch's tokens) or
+    ``passk`` (``algo/passk_advantage.py``: Pass@k Training's analytic advantage of sets of ``algo.passk.k`` samples,
+    rewards 0 or 1). All take their group statistics over the samples ``seeds.adv_group`` selects. An estimator's own
+    settings are ``algo.<name>.*``."""
     clip_low: float = 0.2
     """Lower clip range: ratios below 1 - clip_low are clipped (read by ``vanilla`` and ``gspo``)."""
     clip_high: float = 0.28
@@ -65,8 +72,16 @@ class AlgoConfig:
     adv_eps: float = 1e-6
     """Added to the group std before dividing."""
     kl_coef: float = 0.0
-    """Coefficient of a k3 KL penalty to the frozen initial model, aggregated as the policy term (``loss``); seed-prefix
-    tokens are left out of it; 0 disables (DAPO default)."""
+    """Coefficient of a KL penalty (the divergence ``kl_type``) to the frozen initial model, aggregated as the policy
+    term (``loss``); seed-prefix tokens are left out of it; 0 disables (DAPO default)."""
+    kl_type: str = "k3"
+    """The divergence of the ``kl_coef`` term (``algo/divergences.py``'s ``DIVERGENCES``), each from the rollout's own
+    tokens and the reference's log-probs, ``r = pi_ref / pi_theta``: ``k3`` (``r - 1 - log r`` differentiated as it
+    stands, capped at 10: the k3 estimate of the reverse KL, whose gradient on-policy is the forward KL's), ``reverse``
+    (the same value with the reverse ``KL(pi_theta || pi_ref)``'s own gradient, mode-seeking), ``forward``
+    (``KL(pi_ref || pi_theta)``, mass-covering: ``r log r - (r - 1)``, its gradient's ratio capped at 10) or ``js``
+    (Jensen-Shannon, mass-covering and bounded). ``forward`` and ``js`` are DPH-RL's (arXiv 2509.07430). Needs
+    ``kl_coef > 0``."""
     ref_placement: str = "policy"
     """Where the KL reference model (a second full copy, loaded when ``kl_coef > 0``) lives: ``policy``
     (on the policy's device), ``cpu`` (kept and run on the CPU: no GPU memory, slow forwards) or
@@ -87,10 +102,18 @@ class AlgoConfig:
     """Correct for the rollout engine sampling with other numerics than the trainer (vLLM's bf16 kernels):
     each suffix and plain token's clipped policy-gradient term is weighted by its ratio
     ``r = pi_old / pi_engine`` (pi_old as the trainer computes it over the engine's log-prob of the token),
-    bounded by ``rollout_correction_cap`` (c): ``none`` (no weight), ``tis`` (``min(r, c)``) or ``mis``
+    bounded by ``rollout_correction_cap`` (c): ``none`` (no weight), ``tis`` (``min(r, c)``), ``mis``
     (``r`` inside ``[1/c, c]``, else 0: the token's term is dropped but it still counts in the token-mean's
-    denominator). Not the KL or entropy terms; seed-prefix tokens keep weight 1; with pi_old taken from the
+    denominator) or ``seq_mis`` (``algo/seq_mis.py``: the sequence's ratio, the product of its suffix and plain tokens'
+    ratios, inside ``[1/c, c]``, else 0 for the whole sequence). Not the KL or entropy terms; seed-prefix tokens keep weight 1; with pi_old taken from the
     engine itself (``trainer.old_logprobs``) every weight is exactly 1. See ``algo/rollout_correction.py``."""
+    stale_mask: str = "none"
+    """Mask the stale tokens of a Thinking Seeds run (the seed-prefix tokens, their ratio against pi_b) whose ratio
+    is extreme, before the policy loss (any ``policy_loss``): ``none`` or ``m2po`` (``algo/m2po.py``, M2PO, arXiv
+    2510.01161: the prefix tokens of largest ``(log pi_theta - log pi_b)^2`` are masked until the mean over the rest
+    is at most ``algo.m2po.threshold``, 0.04). A masked token's policy term is zeroed and still counts in the
+    normaliser; not the KL or entropy terms. Needs ``ratio > 0`` and ``seeds.train_prefix`` (and, with
+    ``seeds.source=traces``, ``seeds.trace_logprobs=cap``); logs ``m2po/masked``."""
     rollout_correction_cap: float = 2.0
     """The bound ``c`` (>= 1) of ``rollout_correction``: ``tis`` caps the weight at it, ``mis`` masks the
     tokens whose ratio is above it or below its inverse."""
@@ -156,4 +179,9 @@ class SeedsConfig:
     trace_logprobs: str = "exclude"
     """``source=traces``, the ratio of prefix tokens whose pi_b is unknown: ``exclude`` drops them
     from the loss; ``cap`` takes pi_b as pi_old's log-prob (the ratio starts at 1 each step),
-    bounded by the clip range and ``algo.prefix_clip_c``."""
+    bounded by the clip range and ``algo.prefix_clip_c``; ``shaping`` is LUFFY's policy shaping (Yan et al.,
+    arXiv 2504.14945; ``algo/luffy_shaping.py``): pi_b := 1 and the unclipped weight
+    ``pi_theta / (pi_theta + shaping_gamma)``, which amplifies the gradient of the trace tokens the policy finds
+    unlikely; logs ``shaped``."""
+    shaping_gamma: float = 0.1
+    """``trace_logprobs=shaping``: LUFFY's ``gamma`` in ``f(pi) = pi / (pi + gamma)`` (> 0; the paper's 0.1)."""

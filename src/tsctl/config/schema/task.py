@@ -28,3 +28,10 @@ class TaskConfig:
     """A held-out prompt that is also a train prompt (the same question text): ``error`` (refuse to start, saying how
     many) or ``allow`` (go on, and say how many). Prompts repeated within a split are counted either way
     (:mod:`tsctl.tasks.split_checks`)."""
+    reward: str = "correct"
+    """What a training sample is rewarded for, with any task (:mod:`tsctl.tasks.reward_controls`; the controls of
+    Shao et al., "Spurious Rewards", arXiv 2506.10947): ``correct`` (the task's grade), ``random`` (1 with probability
+    ``task.reward_p``, drawn per sample from the run's seed, independent of the response) or ``format`` (1 when the
+    response states a final answer the grader can read, right or wrong). Held-out evaluation still grades correctness."""
+    reward_p: float = 0.5
+    """``task.reward=random``: the probability of reward 1 (0 < p < 1; 0.5 as the paper's random reward)."""

@@ -116,11 +116,24 @@ def _argv(argv: list[str]) -> Iterator[None]:
         sys.argv = saved
 
 
+@contextlib.contextmanager
+def _points_env(points: int) -> Iterator[None]:
+    """``TSCTL_SWEEP_POINTS`` set for the sweep's parallel workers to inherit (distributed.job_pinning), as it was after."""
+    saved = os.environ.get(POINTS_ENV)
+    os.environ[POINTS_ENV] = str(points)
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[POINTS_ENV]
+        else:
+            os.environ[POINTS_ENV] = saved
+
+
 def launch(sweep: Sweep) -> None:
     """Run every point through Hydra multirun with the chosen launcher."""
     register_schema(schema())
-    os.environ[POINTS_ENV] = str(len(sweep.points))  # parallel workers inherit it (distributed.job_pinning)
-    with _argv(hydra_argv(sweep)):
+    with _points_env(len(sweep.points)), _argv(hydra_argv(sweep)):
         hydra_point()
 
 
