@@ -1,6 +1,7 @@
 """Shared fixtures: micro-sized overrides so end-to-end runs take seconds."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -87,6 +88,7 @@ def gives_back_process_state(request: pytest.FixtureRequest) -> Iterator[None]:
 def process_state_put_back() -> Iterator[None]:
     """For a test of code that changes process-wide state on purpose, for the rest of its process (a vLLM engine's
     logging and environment, a sweep worker's pinned device): everything :mod:`process_state` reads, put back after."""
+    logging.getLogger("vllm")  # a logger first made during a test is not compared: the engine's is made before
     before = process_state.snapshot()
     yield
     process_state.restore(before)

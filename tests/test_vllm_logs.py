@@ -24,8 +24,9 @@ def vllm_logger():
     sets the variable when unset, which ``monkeypatch.delenv`` of an absent one would not undo)."""
     configured = os.environ.pop(vllm_logs.CONFIGURE, None)
     logger = logging.getLogger("vllm")
-    before = ([h for h in logger.handlers if h not in vllm_logs.ours(logger)], logger.level, logger.propagate)
-    logger.handlers[:] = before[0]  # an engine an earlier test built left its handlers: a fresh process has none
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    # an engine an earlier test of this process built left its handlers: a fresh process has none (they are put back)
+    logger.handlers[:] = [h for h in logger.handlers if h not in vllm_logs.ours(logger)]
     yield logger
     for handler in vllm_logs.ours(logger):
         logger.removeHandler(handler)
