@@ -5,7 +5,7 @@ Hydra, no model hub, no vLLM, no download. It builds a random-init model shaped 
 (24 layers, width 896, 14 heads / 2 key-value heads, vocabulary 151,936, tied embeddings) and a
 character tokenizer padded to that vocabulary (``tsctl.models.tokenizer``), saves both to a
 temporary folder, then runs tsctl's own train step (:func:`tsctl.trainer.step.run_step`, with the seed
-bank, the ``hf`` engine and the policy set up by :func:`tsctl.trainer.optim.load_trainable`) for a few
+bank, the ``hf`` engine and the run's :class:`~tsctl.trainer.learner.Learner`, built as ``tsctl train`` builds it) for a few
 ``ratio=25`` steps: fp32 master weights, bf16 autocast, gradient checkpointing, packed token-budget
 micro-batches (``trainer.pack``; ``--no-pack`` for padded rows), pi_old recomputed (so the
 engine-vs-trainer log-prob gap is measured every step).
@@ -78,7 +78,6 @@ from tsctl.config.schema import TsctlConfig  # noqa: E402
 from tsctl.distributed.world import backend  # noqa: E402
 from tsctl.engines.factory import build_engine  # noqa: E402
 from tsctl.io.shards import read_shard  # noqa: E402
-from tsctl.models.compiled import CompiledLayers  # noqa: E402
 from tsctl.models.precision import compute_dtype  # noqa: E402
 from tsctl.models.prompts import PromptFormatter  # noqa: E402
 from tsctl.models.tokenizer import build_char_tokenizer  # noqa: E402
@@ -87,7 +86,8 @@ from tsctl.seeds.base import uses_seeds  # noqa: E402
 from tsctl.tasks.base import Problem  # noqa: E402
 from tsctl.tasks.registry import build_task  # noqa: E402
 from tsctl.trainer.context import StepContext  # noqa: E402
-from tsctl.trainer.optim import load_trainable, make_optimizer  # noqa: E402
+from tsctl.trainer.learner import Learner, parallel_policy  # noqa: E402
+from tsctl.trainer.rollout import Sampler  # noqa: E402
 from tsctl.trainer.step import run_step  # noqa: E402
 
 SIZES: dict[str, dict[str, int]] = {
@@ -224,18 +224,18 @@ def peak_memory_gib(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
-def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work: Path, started: float, policy=None) -> dict[str, Any]:
+def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work: Path, started: float) -> dict[str, Any]:
     """Train ``cfg.trainer.steps`` steps with tsctl's train step; return what the JSON reports."""
-    model, tokenizer = policy if policy is not None else load_trainable(cfg, cfg.model.path, cfg.model.path)
+    parallel, tokenizer = parallel_policy(cfg, cfg.model.path, cfg.model.path)
+    model = parallel.model
     formatter = PromptFormatter(tokenizer, cfg.model.use_chat_template)
     task = CoinTask(build_task(cfg.task))
     problems = list(task.problems("train"))
-    engine = build_engine(cfg.engine, model, formatter.end_ids, formatter.pad_id, cfg.model.path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
-    optimizer, scheduler = make_optimizer(cfg, model)
+    engine = build_engine(cfg.engine, parallel.inference, formatter.end_ids, formatter.pad_id, cfg.model.path, seed=cfg.seed, compute_dtype=compute_dtype(cfg, model))
+    learner = Learner(cfg, parallel, tokenizer, engine, cfg.model.path)  # as tsctl train builds it: after the engine
     seeds = SeedBank(work / f"seeds-{cfg.engine.name}", cfg, formatter, task, problems, work / f"checkpoints-{cfg.engine.name}", cfg.model.path) if uses_seeds(cfg) else None
     rollouts = work / f"rollouts-{cfg.engine.name}"
-    compiled = CompiledLayers(model) if cfg.trainer.compile else None
-    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds=seeds, rollouts_dir=rollouts, compiled=compiled)
+    ctx = StepContext(cfg, Sampler(engine, formatter, task, problems=problems), learner, seeds, rollouts)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     peak, peak_source, measured = peak_tflops(args.device)
     if args.device == "cuda":
@@ -287,10 +287,9 @@ def run_steps(args: argparse.Namespace, cfg: TsctlConfig, model_info: dict, work
         "peak_source": peak_source,
         "matmul_tflops": measured,
         "peak_memory_gib": peak_memory_gib(args.device),
-        "compile_seconds": sum(r["time/compile"] for r in records) if compiled is not None else None,
-        "compile_graphs": records[-1]["compile/graphs"] if compiled is not None and records else None,
+        "compile_seconds": sum(r["time/compile"] for r in records) if learner.compiled is not None else None,
+        "compile_graphs": records[-1]["compile/graphs"] if learner.compiled is not None and records else None,
         "per_step": per_step,
-        "_policy": (model, tokenizer),
     }
 
 
@@ -308,7 +307,6 @@ def vllm_run(args: argparse.Namespace, model_dir: Path, model_info: dict, work: 
         cfg = make_config(args, model_dir, engine="vllm")
         cfg.trainer.steps = 2
         out = run_steps(args, cfg, model_info, work, started)
-        out.pop("_policy")
         return {"version": vllm.__version__, **out}
     except Exception as err:  # reported, never fatal: the hf run above is the check
         return {"version": vllm.__version__, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-2000:]}
@@ -348,9 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             result["model"] = build_model(args.size, work / "model", args.device)
             result["seconds"]["build"] = time.perf_counter() - started
             cfg = make_config(args, work / "model")
-            hf = run_steps(args, cfg, result["model"], work, started)
-            hf.pop("_policy")
-            result.update(hf)
+            result.update(run_steps(args, cfg, result["model"], work, started))
             result["seconds"]["train"] = time.perf_counter() - started - result["seconds"]["build"]
             result["process_group"] = process_group_check(args.device)
             reduced = all(v for k, v in result["process_group"].items() if k.endswith("_all_reduce"))

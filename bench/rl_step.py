@@ -25,6 +25,11 @@ DAPO loss with clip 0.2 / 0.28, no KL, lr 2e-4, temperature 1):
     ``d_packed_over_padded``) and not (``packed_over_padded_rows``), the four updates interleaved
     with the other sides, each ratio taken within a round.
 
+(e) the exploration arena (``rl_bench/arena.py``): seconds per RL step of each entry (Clip-Cov, KL-Cov, forking tokens,
+    pass@k advantages, the KL term's four divergences at ``algo.kl_coef=0.1``, M2PO, sequence-level MIS, LUFFY's
+    shaping of trace tokens) over plain DAPO's at the same ``ratio`` (0, or 25 for the entries that need seeds; the
+    trace seeds' own DAPO for the shaping), the two run in the same rounds; ``--no-arena`` leaves it out.
+
 (a), (b), (d) with ``trainer.compile`` (:mod:`tsctl.models.compiled`): each tsctl side runs again with the update's
     decoder layers compiled (``*_compiled`` figures; ``compiled_update_speedup`` is the uncompiled update's time over
     the compiled one's, ``d_packed_compiled_speedup`` the same on (d)'s packed batch). The process keeps what it
@@ -60,14 +65,16 @@ the work a row-by-row update would have done, per second of tsctl's update.
     pip install -e ".[bench]"
     python bench/rl_step.py [--rounds 3] [--steps 10] [--threads 1] [--gen-repeats 5] [--skip-trl] [--no-compile] [--profile]
     python bench/rl_step.py --packing-only [--rounds 7]   # (d)'s packed against padded alone, about a minute
+    python bench/rl_step.py --arena-only [--rounds 3]     # (e) alone: each entry's step time over DAPO's
 
 Writes ``bench/results/<timestamp>.json`` and prints a table; ``--profile`` adds pyinstrument call
 trees of one run of each side (``<timestamp>-profile-<side>.txt``) for finding what bounds a figure.
 
 The parts live in ``bench/rl_bench/``: ``settings.py`` (what every side runs with, the targets),
 ``sides.py`` (tsctl's loop, TRL's trainer, the engine against ``model.generate``, a plain HF update),
-``timing.py`` (wall and CPU clocks, matmul peaks, update FLOPs) and ``report.py`` (figures, medians,
-the table); this script runs the interleaved rounds and writes the record.
+``timing.py`` (wall and CPU clocks, matmul peaks, update FLOPs), ``packing.py`` ((d)'s packed and padded updates),
+``arena.py`` ((e)'s entries) and ``report.py`` (figures, medians, the table); this script runs the interleaved rounds
+and writes the record.
 """
 
 from __future__ import annotations
@@ -88,21 +95,27 @@ os.environ.setdefault("TSCTL_NO_PROGRESS", "1")
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 
+from rl_bench.arena import arena_report, arena_sides  # noqa: E402
 from rl_bench.packing import packing_sides  # noqa: E402
 from rl_bench.report import machine, met, print_table, summarise  # noqa: E402
 from rl_bench.settings import RESULTS, TARGETS, Settings  # noqa: E402
-from rl_bench.sides import bench_generation, plain_update, run_trl, run_tsctl, save_bench_model  # noqa: E402
+from rl_bench.sides import bench_generation, bench_task, plain_update, run_trl, run_tsctl, save_bench_model  # noqa: E402
 from rl_bench.timing import Stopwatch, matmul_peak, rotate, shape_matmul_peak, step_lengths, timed, update_flops  # noqa: E402
-from tsctl.config.schema import TsctlConfig  # noqa: E402
 from tsctl.models.loading import load_model  # noqa: E402
 from tsctl.models.prompts import PromptFormatter  # noqa: E402
 from tsctl.tasks.base import Problem  # noqa: E402
-from tsctl.tasks.registry import build_task  # noqa: E402
 
 
 def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Path, problems: list[Problem], console: Console) -> list[dict]:
-    """All rounds of (a), (b) and (d): tsctl ratio 0, tsctl ratio 25, TRL, matmul peak, plain HF update, the
-    packed and padded updates (``--packing-only``: these alone)."""
+    """All rounds of (a), (b), (d) and (e): tsctl ratio 0, tsctl ratio 25, TRL, matmul peak, plain HF update, the
+    packed and padded updates (``--packing-only``: these alone), the arena's entries and the DAPO side on trace seeds
+    (``--arena-only``: these and DAPO at ratio 0 and 25 alone)."""
+    arena = arena_sides(s, model_dir, work, problems, args.steps, plain=args.arena_only) if args.arena else {}
+    if args.arena_only:
+        with console.status("warm-up: a short run of each side"):
+            for side in arena.values():
+                side(-1, min(2, args.steps))
+        return interleave(args, arena, {}, console)
     updates, packing_tokens = packing_sides(s, model_dir, problems, args.compile)
     packing: dict[str, Callable[[int], object]] = {name: (lambda r, side=side: side()) for name, side in updates.items()}
     if args.packing_only:
@@ -138,6 +151,8 @@ def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Pat
             run_trl(s, model_dir, work / "trl-warmup", problems, 1, args.threads)
         for side in updates.values():
             side()
+        for side in arena.values():
+            side(-1, 2)
     sides: dict[str, Callable[[int], object]] = {
         "tsctl_ratio0": tsctl_side(0),
         "tsctl_ratio25": tsctl_side(25),
@@ -146,6 +161,7 @@ def run_rounds(args: argparse.Namespace, s: Settings, model_dir: Path, work: Pat
         "shape_matmul_gflops": lambda r: shape_matmul_peak(flops_model, sum(step_lengths(s, formatter, problems, 0)) // s.mini_batches),
         "plain_update_gflops": lambda r: plain_update(s, model_dir, problems),
         **packing,
+        **arena,
     }
     if not args.skip_trl:
         sides["trl"] = trl_side
@@ -199,9 +215,11 @@ def profile_sides(args: argparse.Namespace, s: Settings, model_dir: Path, work: 
     return written
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, s: Settings = Settings()) -> dict:
+    """Run the bench with the command-line arguments ``argv`` and the RL settings ``s`` (by default those of the
+    module docstring); print the table and return the record it writes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of (a), (b), (d) (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of (a), (b), (d), (e) (default 3)")
     parser.add_argument("--steps", type=int, default=10, help="RL steps per run and side; = refresh covers one seed window (default 10)")
     parser.add_argument("--gen-repeats", type=int, default=5, help="interleaved repeats of (c) (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, the same for every side (default 1)")
@@ -209,12 +227,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workdir", default=None, help="keep run folders here (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="JSON path (default: bench/results/<timestamp>.json)")
     parser.add_argument("--profile", action="store_true", help="also write pyinstrument call trees of each side (needs pyinstrument)")
-    parser.add_argument("--packing-only", action="store_true", help="run only (d)'s packed against padded updates (no TRL, no (c))")
+    alone = parser.add_mutually_exclusive_group()
+    alone.add_argument("--packing-only", action="store_true", help="run only (d)'s packed against padded updates (no TRL, no (c))")
+    alone.add_argument("--arena-only", action="store_true", help="run only (e): each arena entry's step time over plain DAPO's")
+    parser.add_argument("--no-arena", dest="arena", action="store_false", help="leave out (e), the arena's entries")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="leave out the sides with trainer.compile on (by default each tsctl side runs with it off and on)")
     args = parser.parse_args(argv)
-    if args.packing_only:
-        args.skip_trl, args.gen_repeats = True, 0
+    if args.packing_only or args.arena_only:
+        args.skip_trl, args.gen_repeats, args.arena = True, 0, args.arena_only
+    if args.arena_only:
+        args.compile = False
     if not args.skip_trl:
         try:
             import trl  # noqa: F401
@@ -222,8 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
             sys.exit('TRL is not installed: pip install -e ".[bench]" (or pass --skip-trl)')
     torch.set_num_threads(args.threads)
     console = Console(width=max(Console().width, 120))
-    s = Settings()
-    problems = list(build_task(TsctlConfig().task).problems("train"))
+    problems = list(bench_task(s).problems("train"))
     watch = Stopwatch()
     out = Path(args.out) if args.out else RESULTS / f"{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -232,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")  # an empty compile cache: compile_s is a first compile's
         save_bench_model(model_dir, s.seed)
         generation = None
-        if not args.packing_only:
+        if not (args.packing_only or args.arena_only):
             with console.status("(c) engine vs model.generate"):
                 generation = bench_generation(s, model_dir, problems, args.gen_repeats)
         rounds = run_rounds(args, s, model_dir, work, problems, console)
@@ -245,6 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
         "args": vars(args), "settings": asdict(s), "machine": machine(),
         "targets": {k: {"op": op, "value": v, "met_wall": met(k, summary[k]["wall"]["median"]), "met_cpu": met(k, summary[k]["cpu"]["median"])}
                     for k, (op, v) in TARGETS.items() if k in summary},
+        "arena": arena_report(summary, s, work / "traces.jsonl"),
         "summary": summary, "generation": generation, "rounds": rounds, "profiles": [str(p) for p in profiles],
     }
     out.write_text(json.dumps(report, indent=1))

@@ -56,7 +56,7 @@ from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, no_warmup_lines, trained_again_lines, untested, warmup_point  # noqa: E402  (this script's own folder)
 from results_scoring import WARMUP, score_trajectory, score_warmup  # noqa: E402
-from results_spec import README_QUOTES, SECTIONS, SWEEPS, WARMUP_MODEL, Section  # noqa: E402
+from results_spec import FINDINGS, SECTIONS, SWEEPS, WARMUP_MODEL, Section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -136,9 +136,11 @@ def keep_records(name: str, runs_dir: Path) -> list[Path]:
     record is never overwritten: a run trains to the same numbers on the same code). The page is about runs
     of the sweep's own length: a run of other ``trainer.steps`` (``--steps``) is left out. Returns the records written."""
     folder = Path(runs_dir) / "results" / name
+    if not folder.is_dir():
+        return []
     default_steps = compose_config([o.split(",")[0] for o in resolved(name, str(runs_dir))]).cfg.trainer.steps
     written = []
-    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()):
         target = records_of(name) / run.name
         if target.exists() or not is_done(RunDir(run)):
             continue
@@ -293,7 +295,7 @@ def started_from(run: Path) -> Optional[str]:
 
 def section(name: str, runs_dir: Path) -> tuple[list[str], list[Point], Optional[Summary], list[dict]]:
     """The page section of one sweep (tables, plots), its points, their summary (none before a run) and its
-    comparisons as README quotes them (:func:`results_arms.quote`)."""
+    comparisons as the table of findings quotes them (:func:`results_arms.quote`)."""
     title, baseline = SWEEPS[name].title, SWEEPS[name].baseline
     folder = runs_dir / "results" / name
     lines = [f"## {title}", ""]
@@ -429,7 +431,7 @@ def provenance(name: str, finished: list[Run]) -> list[str]:
 
 def sweep_part(name: str, scratch: Path) -> tuple[list[str], Optional[list[dict]], list[dict]]:
     """Sweep ``name``'s section of the page, for a ratio sweep its verdict on each claim (status, lines), and its
-    comparisons as README quotes them.
+    comparisons as the table of findings quotes them.
 
     They are written anew from the sweep's records (restored under ``scratch``) when these are at least as
     many as the runs the kept section stands on, and then kept (``section.md``, ``section.json``); else the
@@ -461,12 +463,7 @@ ARM_SWEEPS = {arm.sweep for section in SECTIONS.values() for arm in section.arms
 
 def render(runs_dir: Optional[Path] = None) -> str:
     """The whole page from the sweeps' records (:func:`sweep_part`), after keeping the records of the
-    finished runs under ``runs_dir`` (when given)."""
-    return render_all(runs_dir)[0]
-
-
-def render_all(runs_dir: Optional[Path] = None) -> tuple[str, str]:
-    """The page (:func:`render`) and README's block of findings (:func:`readme_block`), both from the records."""
+    finished runs under ``runs_dir`` (when given): its head, the findings (:func:`findings`), the claims, the sections."""
     body, claim_blocks, quotes = [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in SWEEPS:
@@ -524,19 +521,18 @@ def render_all(runs_dir: Optional[Path] = None) -> tuple[str, str]:
         "otherwise); a sweep without records is listed as pending, with the command that runs it.",
         "",
     ]
-    return "\n".join(head + claims + body) + "\n", readme_block(quotes, claim_blocks)
+    return "\n".join(head + findings(quotes, claim_blocks) + claims + body) + "\n"
 
 
-README = ROOT / "README.md"
-BLOCK_START = "<!-- findings: written by `python scripts/results.py --render` from docs/results/; do not edit by hand -->"
-BLOCK_END = "<!-- findings end -->"
+WORDS = "findings.md"
+"""The findings in words under :data:`FIGURES` (written by hand, each number in it from the table above it)."""
 
 
-def readme_block(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, list[dict]]]) -> str:
-    """README's table of findings (:data:`README_QUOTES`, each with the verdict of the family that decides it on the
-    page) and the claims' status per ratio sweep, between :data:`BLOCK_START` and :data:`BLOCK_END`."""
+def findings(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, list[dict]]]) -> list[str]:
+    """The page's opening section: the table of findings (:data:`FINDINGS`, each with the verdict of the family that
+    decides it below), the claims' status per ratio sweep, and the findings in words (:data:`WORDS`)."""
     rows = []
-    for q in README_QUOTES:
+    for q in FINDINGS:
         found = next((d for d in quotes.get(q.section, []) if (d["setting"], d["baseline"], d["metric"]) == (q.setting, q.baseline, q.metric)), None)
         compared = f"{q.setting} vs {q.baseline}, {header(q.metric)}"
         if found is None:
@@ -550,24 +546,14 @@ def readme_block(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, li
             continue
         rows.append([q.question, q.regime, means, f"{found['difference']:+.3f} [{found['low']:+.3f}, {found['high']:+.3f}]",
                      f"{found['p_holm']:.3g} ({found['family']})", found["verdict"], found["rules_out"]])
-    lines = [BLOCK_START, "", *md_table(["question", "regime", "comparison", "difference [95% CI]", "Holm p (family)", "verdict", "rules out"], rows), ""]
+    lines = ["## Findings", "", "Each row is a comparison a section below makes, with the verdict of the family that decides it there.", "",
+             *md_table(["question", "regime", "comparison", "difference [95% CI]", "Holm p (family)", "verdict", "rules out"], rows), ""]
     if claim_blocks:
         head = ["claim", *(f"{name}" for name, _ in claim_blocks)]
         status = [[claim.title, *(found[i]["status"] for _, found in claim_blocks)] for i, claim in enumerate(CLAIMS)]
-        lines += ["The method's four claims, each ratio sweep's verdict (the comparisons behind each are on the page):", "", *md_table(head, status), ""]
-    return "\n".join([*lines, BLOCK_END])
-
-
-def with_block(readme: str, block: str) -> str:
-    """``readme`` with its table of findings replaced by ``block``.
-
-    Raises:
-        ValueError: README has no such block (its markers are missing).
-    """
-    if BLOCK_START not in readme or BLOCK_END not in readme:
-        raise ValueError(f"README.md has no block of findings: put the lines {BLOCK_START!r} and {BLOCK_END!r} where it goes")
-    before, rest = readme.split(BLOCK_START, 1)
-    return before + block + rest.split(BLOCK_END, 1)[1]
+        lines += ["The method's four claims, each ratio sweep's verdict (the comparisons behind each are below):", "", *md_table(head, status), ""]
+    words = FIGURES / WORDS
+    return lines + ([words.read_text().rstrip("\n"), ""] if words.is_file() else [])
 
 
 def unregenerable() -> list[str]:
@@ -608,12 +594,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                 run_sweep(name, seeds, args.steps, args.jobs, args.runs_dir)
             score(name, seeds, args.runs_dir, args.warmup_model)
     if args.render or not args.check:
-        page, block = render_all(Path(args.runs_dir))
-        args.page.write_text(page)
+        args.page.write_text(render(Path(args.runs_dir)))
         print(f"wrote {args.page}")
-        if args.page == PAGE:
-            README.write_text(with_block(README.read_text(), block))
-            print(f"wrote README.md's table of findings")
     if args.check:
         failed = unregenerable()
         for line in failed:

@@ -118,7 +118,7 @@ def family(pairs: list[tuple[Point, Point, str]], level: float = LEVEL, size: in
 
 
 def quote(row: Row, family: str) -> dict:
-    """A comparison as README's table of findings quotes it: the labels, both means, the deciding difference with its
+    """A comparison as the table of findings quotes it: the labels, both means, the deciding difference with its
     interval, the Holm-adjusted p of ``family`` (named), the verdict and what the interval rules out."""
     c = row.decided
     return {"setting": row.point.label, "baseline": row.baseline.label, "metric": row.metric, "seeds": len(row.seeds),
@@ -244,7 +244,7 @@ def trajectory_lines(spec: Section, points: dict[str, Point], warm: Optional[Poi
 def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided: Decided,
                  provenance: Callable[[str, list[Run]], list[str]]) -> tuple[list[str], int, list[dict]]:
     """The page section ``name``, the number of runs it stands on (its arms' sweeps' records restored under
-    ``scratch``) and its comparisons as README quotes them (:func:`quote`); adds its primary verdicts to ``decided``."""
+    ``scratch``) and its comparisons as the table of findings quotes them (:func:`quote`); adds its primary verdicts to ``decided``."""
     sweeps = sorted({arm.sweep for arm in spec.arms})
     lines = [f"## {spec.title}", "", f"Asked before its runs: {spec.question}", "",
              f"Its primary comparisons, declared before its runs (one Holm family of {len(spec.primary)}): "

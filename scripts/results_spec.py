@@ -278,7 +278,8 @@ comparisons with the sweep's baseline one family, as before sections declared a 
 
 @dataclass(frozen=True)
 class Quote:
-    """One row of README's table of findings: a comparison the page makes, quoted with the verdict of its family.
+    """One row of the table of findings that opens docs/RESULTS.md: a comparison the page makes, quoted with the verdict
+    of its family.
 
     Attributes:
         question: what the row answers.
@@ -302,7 +303,7 @@ MECHANISM = "What carries the gain"
 DEFAULT = "default (lr 5e-5, 400 steps)"
 COLLAPSE_REGIME = "lr 2e-4, 200 steps"
 
-README_QUOTES = [
+FINDINGS = [
     Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=25", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"countdown, {DEFAULT}", "countdown-ratio", "ratio=50", "ratio=0", "pass@8"),
     Quote(SEEDS_VS_DAPO, f"arithmetic, {DEFAULT}", "arithmetic-ratio", "ratio=25", "ratio=0", "pass@8"),
@@ -331,4 +332,5 @@ README_QUOTES = [
     *(Quote("Which snapshot writes the seeds", f"countdown, {DEFAULT}, ratio 25, pool of 4 (rerun)", "countdown-default-selectors", selector,
             "latest", "pass@8") for selector in ("uniform", "bandit")),
 ]
-"""README's table of findings, in its order (written by ``scripts/results.py --render`` from the records)."""
+"""The table of findings that opens docs/RESULTS.md, in its order (written by ``scripts/results.py --render`` from the
+records)."""

@@ -38,8 +38,13 @@ MICRO_TASK = [
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One built-in model cache for the whole session: the micro model is warmed up once."""
-    return tmp_path_factory.mktemp("model-cache")
+    """One built-in model cache for the whole session, shared by its pytest-xdist workers (their temporary folders
+    have one parent): each micro model is warmed up once, by the first command that needs it, while the cache's lock
+    keeps the other workers waiting for it."""
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "model-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 def micro_args(runs_dir: Path, model_cache: Path) -> list[str]:
@@ -60,13 +65,14 @@ def micro(tmp_path: Path, model_cache: Path) -> list[str]:
     return micro_args(tmp_path / "runs", model_cache)
 
 
-_RUNNING = {"slow": False}
-"""Whether the test being set up or run is marked ``slow``."""
+_RUNNING = {"slow": False, "vllm": False}
+"""Whether the test being set up or run is marked ``slow``, and ``vllm``."""
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _RUNNING["slow"] = item.get_closest_marker("slow") is not None
+    _RUNNING["vllm"] = item.get_closest_marker("vllm") is not None
 
 
 @pytest.fixture(autouse=True)
@@ -94,15 +100,45 @@ def process_state_put_back() -> Iterator[None]:
     process_state.restore(before)
 
 
-def tsctl(*args: str, check: bool = True, **env_vars: str) -> subprocess.CompletedProcess:
-    """Run ``python -m tsctl ARGS`` (wide output: a one-line message stays one line; ``env_vars`` added to the
-    environment); unless ``check`` is off, fail with its output when it exits non-zero. Only a ``slow`` test
-    may run the command line."""
-    proc = start_tsctl(*args, **env_vars)
-    stdout, stderr = proc.communicate()
-    if check and proc.returncode != 0:
-        raise AssertionError(f"tsctl {' '.join(args)} failed ({proc.returncode}):\n{stdout}\n{stderr}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+def tsctl(*args: str, check: bool = True, process: bool = False, **env_vars: str) -> subprocess.CompletedProcess:
+    """Run ``tsctl ARGS`` and return its exit code and output; unless ``check`` is off, fail with its output when it
+    exits non-zero. It runs in this process (Typer's test runner: no interpreter to start, no imports to pay) unless
+    ``process`` is set, ``env_vars`` are given or the test runs real vLLM: a command that is killed or signalled, pins
+    threads, reads its environment when torch is imported or builds a vLLM engine (which binds the process's threads
+    for good) runs as ``python -m tsctl`` with ``env_vars`` added to the environment. Output
+    is wide either way (a one-line message stays one line), and an exception a user should never see appears as its
+    traceback in ``stderr``, as a process would print it. Only a ``slow`` test may run the command line."""
+    if not _RUNNING["slow"]:
+        raise AssertionError("this test runs the command line end to end: mark it @pytest.mark.slow")
+    if process or env_vars or _RUNNING["vllm"]:
+        proc = start_tsctl(*args, **env_vars)
+        stdout, stderr = proc.communicate()
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    else:
+        done = _in_process(list(args))
+    if check and done.returncode != 0:
+        raise AssertionError(f"tsctl {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def _in_process(args: list[str]) -> subprocess.CompletedProcess:
+    """``tsctl ARGS`` through Typer's test runner in this process, its console as wide as :func:`start_tsctl`'s."""
+    import traceback
+
+    from typer.testing import CliRunner
+
+    from tsctl.cli import app
+    from tsctl.io.progress import console
+
+    width, console.width = console._width, 1000  # noqa: SLF001 - rich keeps no public way to unset a width
+    try:
+        result = CliRunner().invoke(app, args, prog_name="tsctl")
+    finally:
+        console._width = width  # noqa: SLF001
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["tsctl", *args], result.exit_code, result.stdout, stderr)
 
 
 def state(proc: subprocess.Popen) -> str:
@@ -122,18 +158,19 @@ def wait_paused(proc: subprocess.Popen, timeout: float = 300) -> None:
 
 
 def start_tsctl(*args: str, **env_vars: str) -> subprocess.Popen:
-    """Start ``python -m tsctl ARGS`` in the background, as :func:`tsctl` runs it (text pipes for its output)."""
+    """Start ``python -m tsctl ARGS`` in the background (text pipes for its output, wide, ``env_vars`` added)."""
     if not _RUNNING["slow"]:
         raise AssertionError("this test runs the command line end to end: mark it @pytest.mark.slow")
     env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000", **env_vars}
     return subprocess.Popen([sys.executable, "-m", "tsctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def reference_run(runs: Path, model_cache: Path, settings: list[str]) -> tuple[Path, list[str]]:
-    """An uninterrupted micro run ``reference`` under ``runs`` with ``settings``: its folder, and the overrides
-    that place more runs beside it (to kill, signal or resume and compare against it)."""
+def reference_run(runs: Path, model_cache: Path, settings: list[str], process: bool = False) -> tuple[Path, list[str]]:
+    """An uninterrupted micro run ``reference`` under ``runs`` with ``settings`` (in a process of its own with
+    ``process``): its folder, and the overrides that place more runs beside it (to kill, signal or resume and compare
+    against it)."""
     args = [*micro_args(runs, model_cache), *settings]
-    tsctl("train", *args, "name=reference")
+    tsctl("train", *args, "name=reference", process=process)
     return runs / "default" / "reference", args
 
 

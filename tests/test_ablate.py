@@ -145,7 +145,7 @@ def test_a_point_killed_after_a_step_is_resumed(micro, runs):
 @pytest.mark.slow
 def test_wandb_offline_writes_its_run_directory(micro, runs, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    tsctl("ablate", *in_runs(micro, runs), "ratio=50", "refresh=2", "logger=wandb", "name=wb")
+    tsctl("ablate", *in_runs(micro, runs), "ratio=50", "refresh=2", "logger=wandb", "name=wb", process=True)  # wandb's service stays
     point = runs / "default" / "wb" / "point"
     assert_point_done(point)
     offline = sorted((point / "wandb").glob("offline-run-*"))

@@ -18,6 +18,7 @@ import yaml
 
 from catalogue import passes, refused, snapshot
 from conftest import micro_args, tsctl
+from tsctl.io.run_identity import CONFIG_DIGEST, config_digest, config_values
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +33,15 @@ def warm(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Path:
 def one_step(runs: Path, cache: Path) -> list[str]:
     """Micro overrides of one training step into ``runs``."""
     return [*micro_args(runs, cache), "trainer.steps=1", "trainer.save_every=1"]
+
+
+def ran(saved: Path, text: str, digest: bool = True) -> None:
+    """Make ``saved`` (a run's config.yaml) the config ``text`` the run ran, its manifest's digest that of ``text`` (as a
+    run of that config records it), or none (``digest`` off: a run from before the digest was recorded)."""
+    saved.write_text(text)
+    manifest = json.loads((saved.parent / "manifest.json").read_text())
+    manifest.pop(CONFIG_DIGEST)
+    (saved.parent / "manifest.json").write_text(json.dumps(manifest | ({CONFIG_DIGEST: config_digest(config_values(text))} if digest else {})))
 
 
 def points_state(sweep: Path) -> dict:
@@ -70,7 +80,7 @@ def test_without_a_name_a_sweep_says_which_folder_it_starts_and_how_to_extend_on
     assert f"a new folder {runs / 'default'}" in line and f"e.g. name={Path(old).name}" in line
 
     saved = Path(old) / "seed=0" / "config.yaml"  # a point that ran another learning rate (as under an older default)
-    saved.write_text(saved.read_text().replace("lr: 5.0e-05", "lr: 0.0001"))
+    ran(saved, saved.read_text().replace("lr: 5.0e-05", "lr: 0.0001"))
     line = refused([runs], "ablate", *base, "seed=0,1", words=(
         "seed=0: trainer.lr 0.0001 -> 5e-05", "set the changed keys on the command line (trainer.lr=5e-05), which names a new sweep folder",
     ))
@@ -103,7 +113,7 @@ def test_a_setting_of_an_engine_the_points_do_not_run_is_no_change(tmp_path, war
         saved = runs / "default" / "old" / point / "config.yaml"
         config = yaml.safe_load(saved.read_text())
         config["engine"] |= {"dtype": "bfloat16", "enable_sleep_mode": True}
-        saved.write_text(yaml.safe_dump(config))
+        ran(saved, yaml.safe_dump(config), digest=False)
     again = passes("ablate", *args, words=("point seed=0: completed, skipped", "point seed=1: completed, skipped"))
     assert "starting" not in again
     refused([runs], "ablate", *args, "engine.temperature=0.7", words=("engine.temperature 0.6 -> 0.7",))

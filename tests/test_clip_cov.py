@@ -3,30 +3,15 @@ gradient is dropped (the window, PPO's clipped tokens left out, seed-prefix toke
 from the update's stream, the settings refused out of range or idle, and a micro train whose metrics.jsonl logs
 ``masked`` by source."""
 
-import json
-import math
-
 import pytest
 import torch
 
-from loss_terms import policy_term
+from selection_cases import assert_refused, hand_batch, hand_term, micro_train
 from tsctl.algo.aggregations import loss_norms
-from tsctl.algo.clip_cov import ClipCovSettings, centred_covariance
-from tsctl.algo.losses import POLICY_LOSSES
+from tsctl.algo.clip_cov import ClipCovSettings
 from tsctl.algo.objective import Objective, Tokens
-from tsctl.config.errors import ConfigError
+from tsctl.algo.token_selection import centred_covariance
 from tsctl.runconfig import compose_config
-
-CLIP = {"clip_low": 0.2, "clip_high": 0.28}
-
-
-def hand_batch(old_shift=None):
-    """2x3, every token a loss token; row 0 A = +1 with log pi (-1, -2, -3), row 1 A = -1 with log pi (-1, -2, -6).
-    pi_old = pi_theta (every ratio 1) unless ``old_shift`` [B, T] moves log pi_old."""
-    logprobs = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -2.0, -6.0]], requires_grad=True)
-    old = logprobs.detach().clone() if old_shift is None else logprobs.detach() + old_shift
-    return logprobs, old, torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
-
 
 # Cov(y_i) = (log pi(y_i) - mean log pi) * (A(y_i) - mean A), the means over the 6 loss tokens:
 # mean log pi = (-1 - 2 - 3 - 1 - 2 - 6) / 6 = -2.5, mean A = 0, so
@@ -35,13 +20,7 @@ COV = [[1.5, 0.5, -0.5], [-1.5, -0.5, 3.5]]
 
 
 def run(settings, *, prefix=None, old_shift=None, seed=0):
-    logprobs, old, adv, mask = hand_batch(old_shift)
-    prefix = torch.zeros_like(mask) if prefix is None else prefix
-    token_norm, seq_norm = loss_norms(mask)
-    loss, m = policy_term("dapo", logprobs, old, adv, mask, policy_loss="clip_cov", prefix=prefix, settings=settings,
-                          generator=torch.Generator().manual_seed(seed), token_norm=token_norm, seq_norm=seq_norm, **CLIP)
-    loss.backward()
-    return loss, m, logprobs.grad
+    return hand_term("clip_cov", old_shift=old_shift, prefix=prefix, settings=settings, generator=torch.Generator().manual_seed(seed))
 
 
 def test_the_centred_covariance_by_hand():
@@ -122,27 +101,19 @@ def test_the_objective_gives_it_the_stream_and_refuses_tokens_without_one():
     (["algo.policy_loss=kl_cov", "algo.clip_cov.cov_ub=9"], "algo.clip_cov.cov_ub", "it is read only with algo.policy_loss=clip_cov"),
 ])
 def test_its_settings_are_refused_out_of_range_or_idle(overrides, key, words):
-    with pytest.raises(ConfigError) as err:
-        compose_config(overrides, idle=True)
-    assert err.value.key == key and words in str(err.value) and "\n" not in str(err.value)
+    assert_refused(overrides, key, words)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ratio", [0, 25])
 def test_a_micro_train_logs_the_masked_share_by_source(micro, tmp_path, ratio):
-    from tsctl.stages.train import train
-
     # A window wide enough to hold every token of positive covariance, and a share that drops them all.
-    name = f"clip_cov_{ratio}"
-    train(compose_config([*micro, f"name={name}", f"ratio={ratio}", "algo.policy_loss=clip_cov", "algo.clip_cov.clip_ratio=1",
-                          "algo.clip_cov.cov_lb=1e-9", "algo.clip_cov.cov_ub=1e9", "trainer.eval_every=0"], idle=True))
-    run = tmp_path / "runs" / "default" / name
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 3] and all(math.isfinite(r["pg_loss"]) for r in records)
+    records, config = micro_train(micro, tmp_path, f"clip_cov_{ratio}", ratio, "algo.policy_loss=clip_cov", "algo.clip_cov.clip_ratio=1",
+                                  "algo.clip_cov.cov_lb=1e-9", "algo.clip_cov.cov_ub=1e9")
     assert all(0 <= r["masked"] <= 1 and 0 <= r["masked_by_source/plain"] <= 1 for r in records)
     if ratio:
         assert all(r["masked_by_source/prefix"] == 0 and 0 <= r["masked_by_source/suffix"] <= 1 for r in records)
     else:
         assert not any(key.startswith(("masked_by_source/prefix", "masked_by_source/suffix")) for r in records for key in r)
     assert any(r["masked"] > 0 for r in records)
-    assert "clip_ratio: 1.0" in (run / "config.yaml").read_text()
+    assert "clip_ratio: 1.0" in config

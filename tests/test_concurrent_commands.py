@@ -93,7 +93,7 @@ def test_a_resume_holds_the_runs_lock_when_it_chooses_its_checkpoint(reference, 
         held.append(is_held(run))
         return resume_plan.plan_resume(run, eval_at_start)
 
-    monkeypatch.setattr("tsctl.stages.train.plan_resume", plan)
+    monkeypatch.setattr("tsctl.trainer.run_session.plan_resume", plan)
     result = CliRunner().invoke(app, ["train", *args, "resume=true"])
     assert result.exit_code == 0, result.output
     assert held == [True]

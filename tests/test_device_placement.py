@@ -20,9 +20,12 @@ from tsctl.seeds.bank import SeedBank
 from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
+from tsctl.trainer.learner import Learner
 from tsctl.trainer.optim import lr_lambda
 from tsctl.models.forward import Forward
+from tsctl.trainer.parallel import Parallel
 from tsctl.trainer.reference import reference_logprobs
+from tsctl.trainer.rollout import Sampler
 from tsctl.trainer.step import train_step
 
 BASE = [
@@ -61,7 +64,9 @@ def run_step(tmp_path, overrides: list[str], placement: str = "policy") -> tuple
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
         seeds = SeedBank(tmp_path / "seeds", cfg, formatter, task, problems, tmp_path / "checkpoints", "unused")
         seeds.prepare(0, model, engine)
-        record = train_step(0, StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds, ref))
+        learner = Learner(cfg, Parallel(model), engine=engine)
+        learner.optimizer, learner.scheduler, learner.reference = optimizer, scheduler, ref
+        record = train_step(0, StepContext(cfg, Sampler(engine, formatter, task, problems=problems), learner, seeds))
         after = {k: v.data_cpu.clone() for k, v in model.state_dict().items()}
         assert mode.ops_on_device > 1000  # the step really ran on the simulated device
     return record, before, after

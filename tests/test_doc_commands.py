@@ -9,18 +9,15 @@ as the command composes them, and its folder is checked to be one the docs' runs
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import MICRO_TASK
+from conftest import MICRO_TASK, tsctl
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -132,24 +129,16 @@ def micro(model_cache: Path) -> list[str]:
     return [f"model.cache_dir={model_cache}", "model=micro", "trainer=micro", *MICRO_TASK, "engine.max_new_tokens=24"]
 
 
-def run_here(folder: Path, args: list[str]) -> subprocess.CompletedProcess:
-    """``python -m tsctl ARGS`` run in ``folder`` (with this checkout's package), failing with its output."""
-    env = {**os.environ, "TSCTL_NO_PROGRESS": "1", "COLUMNS": "1000",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, "-m", "tsctl", *args], cwd=folder, capture_output=True, text=True, env=env)
-    assert done.returncode == 0, f"tsctl {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-    return done
-
-
 @pytest.mark.slow
-def test_a_newcomer_s_commands_run_end_to_end(tmp_path, model_cache):
+def test_a_newcomer_s_commands_run_end_to_end(tmp_path, model_cache, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the commands as a newcomer types them, in a folder of their own
     sweep = tmp_path / "runs" / "default" / "sweep-records"
     sweep.mkdir(parents=True)
     for point in ("ratio=0-seed=0", "ratio=0-seed=1", "ratio=25-seed=0", "ratio=25-seed=1"):
         shutil.copytree(RECORDS / point, sweep / point)
     for _, line in END_TO_END:
         command, *args = filled(tsctl_args(line))
-        run_here(tmp_path, [command, *args, *(micro(model_cache) if command != "report" else [])])
+        tsctl(command, *args, *(micro(model_cache) if command != "report" else []))
 
     run = tmp_path / "runs" / "default" / "ratio0-seed0"  # where the README says the main job's run lands
     assert all((run / name).exists() for name in ("metrics.jsonl", "checkpoints", "config.yaml", "manifest.json"))

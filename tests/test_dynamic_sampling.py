@@ -8,8 +8,8 @@ from tsctl.engines.base import Completion
 from tsctl.runconfig import compose_config
 from tsctl.tasks.base import Problem
 from tsctl.tasks.schedule import extra_prompts, step_prompts
-from tsctl.trainer.context import StepContext
-from tsctl.trainer.rollout import sample_groups
+from tsctl.trainer.parallel import Parallel
+from tsctl.trainer.rollout import Sampler, sample_groups
 
 N = 4
 
@@ -44,9 +44,8 @@ def problems_with(mixed: set[int], count: int = 60) -> list[Problem]:
 
 def run(problems, rounds: int = 3, batch_size: int = 4):
     cfg = compose_config([f"trainer.batch_size={batch_size}", f"trainer.n={N}", "algo.dynamic_sampling=true", f"algo.max_resample_rounds={rounds}"]).cfg
-    # The rollout reads no model, optimiser or scheduler.
-    ctx = StepContext(cfg, None, AlternatingEngine(), DigitFormatter(), MixedOnlyTask(), problems, None, None)
-    return sample_groups(0, ctx)
+    # The rollout reads no model, optimiser or scheduler: one process's ranks over no model.
+    return sample_groups(0, cfg, Sampler(AlternatingEngine(), DigitFormatter(), MixedOnlyTask(), problems=problems), None, Parallel(None))
 
 
 def groups_of(samples) -> dict[int, list]:

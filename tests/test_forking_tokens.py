@@ -3,37 +3,22 @@ top ``top_share`` of loss tokens by ``pi_theta``'s entropy, hand-computed; ``top
 asks the forward for entropies for it and gives them detached, without an entropy term; the setting refused out of range
 or idle; a micro train whose metrics.jsonl logs ``masked`` by source."""
 
-import json
-import math
-
 import pytest
 import torch
 
-from loss_terms import policy_term
+from selection_cases import assert_refused, hand_batch, hand_term, micro_train
 from tsctl.algo.aggregations import loss_norms
 from tsctl.algo.forking_tokens import ForkingTokensSettings, high_entropy
 from tsctl.algo.objective import Objective, Tokens
-from tsctl.config.errors import ConfigError
 from tsctl.config.schema import AlgoConfig
-from tsctl.runconfig import compose_config
 
-CLIP = {"clip_low": 0.2, "clip_high": 0.28}
 ENTROPY = torch.tensor([[0.9, 0.1, 0.5], [0.3, 0.7, 0.2]])
-
-
-def hand_batch():
-    """2x3, every token a loss token, every ratio 1; row 0 A = +1, row 1 A = -1."""
-    logprobs = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -2.0, -6.0]], requires_grad=True)
-    return logprobs, logprobs.detach().clone(), torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
+"""pi_theta's entropy at each token of :func:`selection_cases.hand_batch` (every ratio 1; row 0 A = +1, row 1 A = -1)."""
 
 
 def run(top_share, entropy=ENTROPY, policy_loss="forking_tokens"):
-    logprobs, old, adv, mask = hand_batch()
-    token_norm, seq_norm = loss_norms(mask)
     arguments = {"settings": ForkingTokensSettings(top_share), "entropy": entropy} if policy_loss == "forking_tokens" else {}
-    loss, m = policy_term("dapo", logprobs, old, adv, mask, policy_loss=policy_loss, token_norm=token_norm, seq_norm=seq_norm, **arguments, **CLIP)
-    loss.backward()
-    return loss, m, logprobs.grad
+    return hand_term(policy_loss, **arguments)
 
 
 def test_only_the_top_share_by_entropy_keeps_its_gradient():
@@ -102,26 +87,17 @@ def test_a_kept_prefix_token_has_its_dual_clip():
      "allowed: 0.0 <= algo.forking_tokens.top_share <= 1.0"),
 ])
 def test_its_setting_is_refused_out_of_range_or_idle(overrides, key, words):
-    with pytest.raises(ConfigError) as err:
-        compose_config(overrides, idle=True)
-    assert err.value.key == key and words in str(err.value) and "\n" not in str(err.value)
+    assert_refused(overrides, key, words)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ratio", [0, 25])
 def test_a_micro_train_logs_the_masked_share_by_source(micro, tmp_path, ratio):
-    from tsctl.stages.train import train
-
-    name = f"forking_{ratio}"
-    train(compose_config([*micro, f"name={name}", f"ratio={ratio}", "algo.policy_loss=forking_tokens",
-                          "algo.forking_tokens.top_share=0.5", "trainer.eval_every=0"], idle=True))
-    run = tmp_path / "runs" / "default" / name
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 3] and all(math.isfinite(r["pg_loss"]) for r in records)
+    records, config = micro_train(micro, tmp_path, f"forking_{ratio}", ratio, "algo.policy_loss=forking_tokens", "algo.forking_tokens.top_share=0.5")
     # Each micro-batch keeps ceil(0.5 N) of its N loss tokens (ties kept): at most half of them are masked, about half.
     assert all(0.3 < r["masked"] <= 0.5 for r in records)
     sources = ("plain", "prefix", "suffix") if ratio else ("plain",)
     assert all(0 <= r[f"masked_by_source/{s}"] <= 1 for r in records for s in sources)
     if not ratio:
         assert all(r["masked_by_source/plain"] == r["masked"] and "masked_by_source/prefix" not in r for r in records)
-    assert "top_share: 0.5" in (run / "config.yaml").read_text()
+    assert "top_share: 0.5" in config

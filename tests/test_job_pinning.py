@@ -88,7 +88,8 @@ def test_one_job_at_a_time_pins_nothing(tmp_path, monkeypatch, worker):
 
 @pytest.mark.slow
 def test_a_joblib_sweep_runs_its_points_in_pinned_workers(tmp_path: Path, model_cache: Path):
-    done = tsctl("ablate", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "trainer.steps=1", "name=par", *micro_args(tmp_path, model_cache))
+    done = tsctl("ablate", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "trainer.steps=1", "name=par", *micro_args(tmp_path, model_cache),
+                 process=True)  # its workers print to the command's own output, and joblib sets the environment for good
     output = done.stdout + done.stderr
     assert output.count("CPU thread(s)") == 2, output
     for point in ("seed=0", "seed=1"):

@@ -3,33 +3,22 @@
 tokens never penalised, the settings refused out of range or idle, and a micro train whose metrics.jsonl logs
 ``penalised`` by source."""
 
-import json
 import math
 
 import pytest
 import torch
 
-from loss_terms import policy_term
-from tsctl.algo.aggregations import loss_norms
+from selection_cases import assert_refused, hand_term, micro_train
 from tsctl.algo.kl_cov import KlCovSettings
-from tsctl.config.errors import ConfigError
-from tsctl.runconfig import compose_config
 
-CLIP = {"clip_low": 0.2, "clip_high": 0.28}
 LOG_RATIO = torch.tensor([[0.1, 0.0, 0.0], [0.0, 0.0, -0.1]])
 """log r_t = log pi_theta - log pi_old of the hand batch."""
 
 
 def run(settings, prefix=None):
-    """2x3, every token a loss token; row 0 A = +1 with log pi (-1, -2, -3), row 1 A = -1 with log pi (-1, -2, -6)."""
-    logprobs = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -2.0, -6.0]], requires_grad=True)
-    old, adv, mask = logprobs.detach() - LOG_RATIO, torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
-    prefix = torch.zeros_like(mask) if prefix is None else prefix
-    token_norm, seq_norm = loss_norms(mask)
-    loss, m = policy_term("dapo", logprobs, old, adv, mask, policy_loss="kl_cov", prefix=prefix, settings=settings,
-                          token_norm=token_norm, seq_norm=seq_norm, **CLIP)
-    loss.backward()
-    return loss, m, logprobs.grad
+    """:func:`selection_cases.hand_batch` (row 0 A = +1 with log pi (-1, -2, -3), row 1 A = -1 with log pi (-1, -2, -6)),
+    log pi_old = log pi - ``LOG_RATIO``."""
+    return hand_term("kl_cov", old_shift=-LOG_RATIO, prefix=prefix, settings=settings)
 
 
 # Cov(y_i) = (log pi(y_i) - mean log pi) * (A(y_i) - mean A) over the 6 tokens (means -2.5 and 0):
@@ -75,22 +64,13 @@ def test_seed_prefix_tokens_are_never_penalised():
     (["algo.policy_loss=clip_cov", "algo.kl_cov.kl_coef=2"], "algo.kl_cov.kl_coef", "it is read only with algo.policy_loss=kl_cov"),
 ])
 def test_its_settings_are_refused_out_of_range_or_idle(overrides, key, words):
-    with pytest.raises(ConfigError) as err:
-        compose_config(overrides, idle=True)
-    assert err.value.key == key and words in str(err.value) and "\n" not in str(err.value)
+    assert_refused(overrides, key, words)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ratio", [0, 25])
 def test_a_micro_train_logs_the_penalised_share_by_source(micro, tmp_path, ratio):
-    from tsctl.stages.train import train
-
-    name = f"kl_cov_{ratio}"
-    train(compose_config([*micro, f"name={name}", f"ratio={ratio}", "algo.policy_loss=kl_cov", "algo.kl_cov.k_ratio=0.1",
-                          "trainer.eval_every=0"], idle=True))
-    run = tmp_path / "runs" / "default" / name
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 3] and all(math.isfinite(r["pg_loss"]) for r in records)
+    records, config = micro_train(micro, tmp_path, f"kl_cov_{ratio}", ratio, "algo.policy_loss=kl_cov", "algo.kl_cov.k_ratio=0.1")
     # floor(0.1 x N) (at least 1) of each micro-batch's N suffix and plain tokens: about a tenth of them, never none.
     assert all(0 < r["penalised"] <= 0.2 and 0 <= r["penalised_by_source/plain"] <= 1 for r in records)
     if ratio:
@@ -98,4 +78,4 @@ def test_a_micro_train_logs_the_penalised_share_by_source(micro, tmp_path, ratio
     else:
         assert all(r["penalised_by_source/plain"] == r["penalised"] for r in records)
         assert not any(key.startswith(("penalised_by_source/prefix", "penalised_by_source/suffix")) for r in records for key in r)
-    assert "k_ratio: 0.1" in (run / "config.yaml").read_text()
+    assert "k_ratio: 0.1" in config

@@ -17,8 +17,11 @@ from tsctl.seeds.bank import SeedBank
 from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
+from tsctl.trainer.learner import Learner
 from tsctl.trainer.optim import lr_lambda
-from tsctl.trainer.pi_old import engine_logprobs, logprob_gap
+from tsctl.trainer.parallel import Parallel
+from tsctl.trainer.pi_old import logprob_gap
+from tsctl.trainer.rollout import Sampler
 from tsctl.trainer.step import train_step
 
 
@@ -34,6 +37,7 @@ class OffEngine:
 
     def __init__(self, inner: HFEngine) -> None:
         self.inner = inner
+        self.context_length = inner.context_length
 
     def generate(self, requests, params):
         out = self.inner.generate(requests, params)
@@ -76,7 +80,9 @@ def off_step(tmp_path, *overrides: str) -> tuple[dict[str, float], list]:
         return drawn[-1]
 
     engine.generate = recording
-    return train_step(0, StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler, seeds)), drawn
+    learner = Learner(cfg, Parallel(model), engine=engine)
+    learner.optimizer, learner.scheduler = optimizer, scheduler
+    return train_step(0, StepContext(cfg, Sampler(engine, formatter, task, problems=problems), learner, seeds)), drawn
 
 
 def test_the_gap_metrics_measure_a_known_engine_error(tmp_path):
@@ -96,7 +102,7 @@ def test_the_gap_counts_generated_tokens_only():
         Sample(group=0, prompt_id="p", prompt_ids=[1, 2], generated_ids=[7], generated_logprobs=[-0.5], finished=True),
     ]
     batch = collate(samples, torch.zeros(2), 0)
-    engine = engine_logprobs(samples, batch)
+    engine = batch.engine_logprobs
     assert engine.tolist() == [[0.0, 0.0, -1.0, -2.0], [-0.5, 0.0, 0.0, 0.0]]
     trainer = torch.tensor([[-5.0, -5.0, -1.5, -2.0], [-0.25, 3.0, 3.0, 3.0]])  # prefix and padding values must not count
     gap = logprob_gap(engine, trainer, batch)

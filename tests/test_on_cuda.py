@@ -76,7 +76,7 @@ def test_eval_of_a_cuda_checkpoint(cuda_run):
 
 def test_two_sweep_jobs_share_the_one_gpu(tmp_path, model_cache):
     done = tsctl("ablate", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "trainer.steps=1", "name=par",
-                 "model.device=cuda", *micro_args(tmp_path, model_cache))
+                 "model.device=cuda", *micro_args(tmp_path, model_cache), process=True)  # joblib's workers, as in test_job_pinning
     for point in ("seed=0", "seed=1"):
         folder = tmp_path / "default" / "par" / point
         assert (folder / "final_eval.json").is_file(), done.stderr[-3000:]

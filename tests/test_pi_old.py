@@ -18,6 +18,7 @@ from tsctl.seeds.generate import seed_columns
 from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
 from tsctl.trainer import pi_old
+from tsctl.trainer.parallel import Parallel
 from tsctl.trainer.rollout import Sampler, collect_groups
 
 OVERRIDES = ["model=micro", "task.train_size=200", "task.heldout_size=20", "engine.max_new_tokens=16", "ratio=50", "truncation=fixed", "seeds.fraction=0.5"]
@@ -47,7 +48,7 @@ def test_engine_log_probs_and_entropies_equal_a_recompute(setup, temperature):
     samples = mixed_samples(setup, temperature)
     assert any(s.seeded for s in samples) and any(not s.seeded for s in samples)
     batch = collate(samples, torch.zeros(len(samples)), fmt.pad_id)
-    logprobs, entropy = pi_old.engine_stats(samples, batch)
+    logprobs, entropy = batch.engine_logprobs, batch.engine_entropy  # as collate packs what the engine reported
     expected_lp, expected_ent = Forward(temperature or 1.0, micro_batch_size=5).recompute(model, batch)
     generated = batch.resp_mask & (batch.source != PREFIX)
     torch.testing.assert_close(logprobs[generated], expected_lp[generated], atol=1e-4, rtol=0)
@@ -102,8 +103,10 @@ def test_engine_log_probs_are_refused_where_they_would_differ(override):
 
 
 def test_samples_without_entropies_get_a_clear_error(setup):
-    *_, fmt, _, _ = setup
+    cfg, model, fmt, *_ = setup
     samples = mixed_samples(setup, 0.6)
     samples[0].entropies = []
+    batch = collate(samples, torch.zeros(len(samples)), fmt.pad_id)
+    assert batch.engine_entropy is None
     with pytest.raises(ValueError, match="old_logprobs=recompute"):
-        pi_old.engine_stats(samples, collate(samples, torch.zeros(len(samples)), fmt.pad_id))
+        pi_old.step_pi_old(cfg, batch, Parallel(model), Forward(), from_engine=True)

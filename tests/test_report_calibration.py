@@ -9,6 +9,7 @@ pass@8: whether any sample solved the problem, one answer; greedy: ``greedy.solv
 is the mean over the sweep's points.
 """
 
+import functools
 import json
 import math
 from collections import defaultdict
@@ -20,7 +21,7 @@ import yaml
 from scipy import stats as scipy_stats
 
 from tsctl.io.run_records import is_record
-from tsctl.analysis.crossed import Components, crossed_difference, mean_squares, variance_components
+from tsctl.analysis.crossed import Components, crossed_difference, crossed_differences, mean_squares, variance_components
 from tsctl.analysis.families import holm
 from tsctl.analysis.stats import paired_difference
 
@@ -29,8 +30,9 @@ SEEDS = 5
 METRICS = ("greedy", "pass@1", "pass@8")
 
 
+@functools.cache
 def point_tables(sweep: Path) -> dict[str, list[dict]]:
-    """The final evaluations of sweep folder ``sweep``'s records, by point (its overrides less the seed)."""
+    """The final evaluations of sweep folder ``sweep``'s records, by point (its overrides less the seed); read once."""
     points: dict[str, list[dict]] = defaultdict(list)
     for record in sorted(p for p in (sweep / "runs").iterdir() if is_record(p)):
         overrides = yaml.safe_load((record / ".hydra" / "overrides.yaml").read_text())
@@ -78,16 +80,17 @@ def test_the_records_give_the_components_of_every_sweep_the_page_shows():
     assert collapse.seed > 50 * default.seed  # greedy accuracy's seeds spread about 100x more where plain DAPO degrades
 
 
-def null_pair(components: Components, problems: int, rng: np.random.Generator, interaction: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Two settings' ``[SEEDS, problems]`` scores with the same distribution: a shared problem difficulty, and
-    each run its own seed effect, seed-by-problem and binomial noise (Gaussian, at the components' variances).
-    ``interaction`` > 0 adds a problem-by-setting effect of that variance, mean 0 over the population of problems."""
-    difficulty = rng.normal(0.0, math.sqrt(components.problem), problems)
+def null_pairs(components: Components, problems: int, rng: np.random.Generator, n: int, interaction: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` draws of two settings' ``[SEEDS, problems]`` scores with the same distribution (``[n, SEEDS, problems]``
+    each): per draw a shared problem difficulty, and each run its own seed effect, seed-by-problem and binomial noise
+    (Gaussian, at the components' variances). ``interaction`` > 0 adds a problem-by-setting effect of that variance,
+    mean 0 over the population of problems."""
+    difficulty = rng.normal(0.0, math.sqrt(components.problem), (n, 1, problems))
 
     def setting() -> np.ndarray:
-        own = rng.normal(0.0, math.sqrt(interaction), problems) if interaction else 0.0
-        seed = rng.normal(0.0, math.sqrt(components.seed), (SEEDS, 1))
-        cell = rng.normal(0.0, math.sqrt(components.seed_x_problem + components.binomial), (SEEDS, problems))
+        own = rng.normal(0.0, math.sqrt(interaction), (n, 1, problems)) if interaction else 0.0
+        seed = rng.normal(0.0, math.sqrt(components.seed), (n, SEEDS, 1))
+        cell = rng.normal(0.0, math.sqrt(components.seed_x_problem + components.binomial), (n, SEEDS, problems))
         return 0.5 + difficulty + own + seed + cell
 
     return setting(), setting()
@@ -95,14 +98,11 @@ def null_pair(components: Components, problems: int, rng: np.random.Generator, i
 
 def rejection_rates(components: Components, problems: int, seed: int, interaction: float = 0.0) -> tuple[float, float]:
     """The shares of :data:`SIMULATIONS` nulls that the test over seeds and problems, and the paired t over
-    the seeds' mean scores, reject at 5%."""
-    rng = np.random.default_rng(seed)
-    crossed = paired = 0
-    for _ in range(SIMULATIONS):
-        a, b = null_pair(components, problems, rng, interaction)
-        crossed += crossed_difference(a, b).p_value < 0.05
-        paired += paired_difference(a.mean(axis=1), b.mean(axis=1)).p_value < 0.05
-    return crossed / SIMULATIONS, paired / SIMULATIONS
+    the seeds' mean scores (scipy's), reject at 5%."""
+    a, b = null_pairs(components, problems, np.random.default_rng(seed), SIMULATIONS, interaction)
+    crossed = float((crossed_differences(a, b).p < 0.05).mean())
+    paired = float((scipy_stats.ttest_rel(a.mean(axis=2), b.mean(axis=2), axis=1).pvalue < 0.05).mean())
+    return crossed, paired
 
 
 @pytest.mark.parametrize("sweep,metric", CASES)
@@ -118,12 +118,10 @@ def test_the_95_percent_interval_covers_a_planted_difference_95_percent_of_the_t
     components, problems = components_of(RECORDS / sweep, metric)
     rng = np.random.default_rng(100 + CASES.index((sweep, metric)))
     effect = 2 * math.sqrt(components.seed_x_problem + components.binomial + components.seed)  # a difference of a few points
-    covered = 0
-    for _ in range(SIMULATIONS):
-        a, b = null_pair(components, problems, rng)
-        found = crossed_difference(a + effect, b).diff
-        covered += found.low <= effect <= found.high
-    assert 0.93 <= covered / SIMULATIONS <= 0.97, f"{sweep} {metric}: the interval covers the planted {effect:.3f} {covered / SIMULATIONS:.1%} of the time"
+    a, b = null_pairs(components, problems, rng, SIMULATIONS)
+    found = crossed_differences(a + effect, b)
+    covered = float(((found.low <= effect) & (effect <= found.high)).mean())
+    assert 0.93 <= covered <= 0.97, f"{sweep} {metric}: the interval covers the planted {effect:.3f} {covered:.1%} of the time"
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -133,12 +131,25 @@ def test_holm_keeps_the_chance_of_any_false_call_in_a_family_at_five_percent(met
     cases = [components_of(RECORDS / sweep, metric) for sweep in SWEEPS]
     family = [cases[i % len(cases)] for i in range(10)]
     rng = np.random.default_rng(200 + METRICS.index(metric))
-    families, any_call = 1000, 0
-    for _ in range(families):
-        p = [crossed_difference(*null_pair(c, n, rng)).p_value for c, n in family]
-        any_call += min(holm(p)) < 0.05
+    families = 1000
+    p = np.stack([crossed_differences(*null_pairs(c, n, rng, families)).p for c, n in family], axis=1)  # [families, 10]
+    any_call = sum(min(holm(list(row))) < 0.05 for row in p)
     rate = any_call / families
     assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / families), f"{metric}: Holm calls some null a difference in {rate:.1%} of families"
+
+
+def test_crossed_differences_of_a_stack_are_each_table_s_crossed_difference():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(4, 3, 5)), rng.normal(size=(4, 3, 5))
+    a[1], b[1] = 0.25, 0.0  # a flat difference: no spread, p 0
+    found = crossed_differences(a, b)
+    for i in range(4):
+        one = crossed_difference(a[i], b[i])
+        assert (found.mean[i], found.se[i], found.low[i], found.high[i], found.p[i]) == pytest.approx(
+            (one.diff.mean, one.diff.std, one.diff.low, one.diff.high, one.p_value))
+    assert (found.p[1], found.low[1], found.high[1]) == pytest.approx((0.0, 0.25, 0.25))
+    with pytest.raises(ValueError, match="pairs, seeds, problems"):
+        crossed_differences(a[0], b[0])
 
 
 def test_problem_by_setting_effects_that_average_out_are_not_called_a_difference():

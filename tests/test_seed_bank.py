@@ -30,6 +30,7 @@ class CountingEngine:
     def __init__(self, inner: HFEngine) -> None:
         self.inner, self.calls = inner, 0
         self.reports_token_stats = inner.reports_token_stats
+        self.context_length = inner.context_length
 
     def generate(self, requests, params):
         self.calls += 1
@@ -102,7 +103,7 @@ def test_a_resumed_bank_reads_its_window_back_without_generating(run):
     expected = first.for_step(4, step_prompts(cfg.seed, 4, BATCH, len(problems)))
     calls = engine.calls
     resumed = bank_of()  # a new process resuming at step 4, inside window 3..5
-    resumed.check_resume(4)
+    resumed.check_resume(4, model, engine)
     resumed.prepare(4, model, engine)
     assert engine.calls == calls
     assert resumed.for_step(4, step_prompts(cfg.seed, 4, BATCH, len(problems))) == expected
@@ -121,7 +122,7 @@ def test_a_lost_shard_is_written_again_from_the_window_checkpoint_with_the_same_
     first.path(3).unlink()
     checksum_path(first.path(3)).unlink()
     resumed = bank_of()
-    resumed.check_resume(4)
+    resumed.check_resume(4, model, engine)
     resumed.prepare(4, model, engine)
     assert shard_rows(resumed, 3) == written  # step-3's weights, the window's sampling seed: the same seeds
     assert all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())  # the current weights are back
@@ -134,4 +135,4 @@ def test_a_lost_shard_without_its_checkpoint_stops_the_resume_before_anything_ru
     first.prepare(3, model, engine)
     first.path(3).unlink()
     with pytest.raises(ShardError, match="checkpoint step-3, the behaviour policy that wrote it, is gone"):
-        bank_of().check_resume(4)
+        bank_of().check_resume(4, model, engine)

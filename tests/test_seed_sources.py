@@ -26,7 +26,6 @@ from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.sources import ModelSource, TraceSource, check_tokenizer
 from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task
-from tsctl.trainer import pi_old
 from tsctl.trainer.denominators import ratio_denominators
 from tsctl.trainer.update import loss_mask
 
@@ -145,7 +144,7 @@ def test_trace_prefix_capped_ratio_starts_at_one_and_the_dual_clip_bounds_it(pol
     cfg = compose_config([*BASE, "seeds.trace_logprobs=cap"]).cfg
     samples, batch = trace_batch(policy)
     if engine_old:  # the engine's pi_old has no prefix log-probs: the trace's are recomputed
-        old = pi_old.engine_stats([_with_entropies(s) for s in samples], batch)[0]
+        old = batch.engine_logprobs  # as collate packs the engine's log-probs: 0 on prefix tokens
     else:
         old = Forward(0.6).recompute(model, batch)[0]
     recompute = (lambda rows: Forward.of(cfg).recompute(model, rows, entropy=False)[0]) if engine_old else None
@@ -164,11 +163,6 @@ def test_trace_prefix_capped_ratio_starts_at_one_and_the_dual_clip_bounds_it(pol
                          clip_c=dual_clip_bounds(batch.source == PREFIX, None, 3.0), token_norm=token_norm, seq_norm=seq_norm)
     torch.testing.assert_close(metrics["pg_loss"][0, :3], torch.full((3,), 3.0))
     assert (metrics["clip_dual"][0, :3] == 1).all()
-
-
-def _with_entropies(s: Sample) -> Sample:
-    s.entropies = [0.0] * len(s.response_ids)
-    return s
 
 
 def test_without_trace_seeds_the_inputs_pass_unchanged(policy):

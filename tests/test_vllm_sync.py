@@ -25,6 +25,9 @@ from tsctl.runconfig import compose_config
 from tsctl.stages.eval import evaluate
 from tsctl.tasks.registry import build_task
 from tsctl.trainer.context import StepContext
+from tsctl.trainer.learner import Learner
+from tsctl.trainer.parallel import Parallel
+from tsctl.trainer.rollout import Sampler
 from tsctl.trainer.step import train_step
 
 IM_END = 258
@@ -129,7 +132,9 @@ def test_a_train_step_sleeps_before_the_update_then_loads_resets_and_wakes(monke
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.trainer.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     before = {n: p.detach().clone() for n, p in model.state_dict().items()}
-    ctx = StepContext(cfg, model, engine, formatter, task, problems, optimizer, scheduler)
+    learner = Learner(cfg, Parallel(model), engine=engine)
+    learner.optimizer, learner.scheduler = optimizer, scheduler
+    ctx = StepContext(cfg, Sampler(engine, formatter, task, problems=problems), learner)
     for step in range(2):
         record = train_step(step, ctx)
         assert record["samples"] == cfg.trainer.batch_size * cfg.trainer.n

@@ -1,28 +1,34 @@
-"""``policy_update`` called as the step calls it, on a run context holding only what the update reads (no engine, task
-or data): for the tests of the update itself."""
+"""The learner's update called as the step calls it, on a learner holding only what the update reads (no engine,
+task, data or reference): for the tests of the update itself."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
 from tsctl.algo.position_metrics import MetricSums
 from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import RolloutBatch
-from tsctl.trainer.context import StepContext
+from tsctl.trainer.learner import Learner
 from tsctl.trainer.parallel import Parallel
-from tsctl.trainer.pi_old import PiOld
-from tsctl.trainer.update import policy_update
+from tsctl.trainer.update import loss_mask
 
 
-def update_context(cfg: TsctlConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, parallel: Parallel | None = None) -> StepContext:
-    """The run context of ``model`` under ``cfg`` with its optimiser and schedule; no engine, task or data."""
-    return StepContext(cfg, model, None, None, None, [], optimizer, scheduler, parallel=parallel)
+def update_context(cfg: TsctlConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, parallel: Parallel | None = None) -> Learner:
+    """The learner of ``model`` under ``cfg`` with the given optimiser and schedule; no engine, task or data."""
+    learner = Learner(cfg, parallel or Parallel(model))
+    learner.optimizer, learner.scheduler = optimizer, scheduler
+    return learner
 
 
 def update(
-    ctx: StepContext, batch: RolloutBatch, old: torch.Tensor, ref: torch.Tensor | None = None, engine: torch.Tensor | None = None, step: int = 0,
+    learner: Learner, batch: RolloutBatch, old: torch.Tensor, ref: torch.Tensor | None = None, engine: torch.Tensor | None = None, step: int = 0,
 ) -> MetricSums:
-    """:func:`policy_update` of ``batch`` at ``step`` with the ratio denominators ``old`` [B, T], the reference's log-probs
-    ``ref`` and the engine's ``engine`` (``old`` when None: no gap to correct)."""
-    pi_old = PiOld(old, torch.zeros_like(old), engine if engine is not None else old, old)
-    return policy_update(ctx, batch, pi_old, ref, step)
+    """:meth:`Learner.update` of ``batch`` at ``step``, scored with the ratio denominators ``old`` [B, T], the reference's
+    log-probs ``ref`` and the engine's ``engine`` (``old`` when None: no gap to correct), and the run's loss mask."""
+    scored = replace(
+        batch, old_logprobs=old, old_entropy=torch.zeros_like(old), denominators=old, engine_logprobs=engine if engine is not None else old,
+        ref_logprobs=ref, loss_mask=loss_mask(batch, learner.cfg),
+    )
+    return learner.update(scored, step)

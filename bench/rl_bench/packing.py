@@ -2,8 +2,8 @@
 
 The RL sides of (a), (b) and (d) generate exactly ``max_new_tokens`` per sample, so their rows have no
 padding to remove. Here one batch of the first step's prompts (``batch_size`` x ``n`` rows) gets
-responses of 16 to 48 random tokens (uniform, a fixed seed), and :func:`tsctl.trainer.update.policy_update`
-runs on it with ``trainer.pack`` on and off, prompts shared (``trainer.share_prompts``, the default) and
+responses of 16 to 48 random tokens (uniform, a fixed seed), and the run's :class:`~tsctl.trainer.learner.Learner`
+updates on it (:meth:`~tsctl.trainer.learner.Learner.update`) with ``trainer.pack`` on and off, prompts shared (``trainer.share_prompts``, the default) and
 not, and packed with ``trainer.compile``, from the same weights each time. Update tokens/s counts the rows' real tokens (prompt + response).
 """
 
@@ -26,9 +26,9 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.tasks.base import Problem
 from tsctl.tasks.schedule import step_prompts
-from tsctl.trainer.context import StepContext
-from tsctl.trainer.pi_old import PiOld
-from tsctl.trainer.update import policy_update
+from tsctl.trainer.learner import Learner
+from tsctl.trainer.parallel import Parallel
+from tsctl.trainer.update import loss_mask
 
 RESPONSE_TOKENS = (16, 48)
 """Shortest and longest response of the batch, in tokens."""
@@ -62,6 +62,7 @@ def packing_sides(s: Settings, model_dir: Path, problems: list[Problem], compile
     start = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         old = pi_b_on_prefix(Forward(s.temperature).recompute(model.eval(), batch)[0], batch)
+    batch.denominators = batch.engine_logprobs = old  # the scored columns the update reads, the loss mask below
 
     layers = CompiledLayers(model) if compiled else None
 
@@ -70,14 +71,14 @@ def packing_sides(s: Settings, model_dir: Path, problems: list[Problem], compile
         cfg.engine.temperature = s.temperature
         cfg.algo.clip_low, cfg.algo.clip_high = s.clip_low, s.clip_high
         cfg.trainer.mini_batches, cfg.trainer.pack, cfg.trainer.share_prompts = s.mini_batches, pack_rows, share
+        cfg.trainer.lr, cfg.trainer.weight_decay, cfg.trainer.warmup_steps = s.lr, 0.01, 0  # AdamW's defaults, a constant lr
 
         def go() -> dict:
             model.load_state_dict(start)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr)
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-            ctx = StepContext(cfg, model, None, None, None, [], optimizer, scheduler,  # what the update reads: no engine, task or data
-                              compiled=layers if compile_layers else None)
-            _, seconds = timed(policy_update, ctx, batch, PiOld(old, old, old, old), None, 0)
+            learner = Learner(cfg, Parallel(model))  # the update's side alone: no engine, reference or checkpoints
+            learner.compiled = layers if compile_layers else None  # one compiled copy for the whole bench
+            batch.loss_mask = loss_mask(batch, cfg)
+            _, seconds = timed(learner.update, batch, 0)
             return seconds
 
         return go

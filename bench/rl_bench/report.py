@@ -12,6 +12,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from rl_bench.arena import FIGURES as ARENA_FIGURES
+from rl_bench.arena import arena_figures
 from rl_bench.packing import FIGURES as PACKING_FIGURES
 from rl_bench.packing import packing_figures
 from rl_bench.settings import CLOCKS, TARGETS
@@ -26,11 +28,13 @@ def round_figures(r: dict, clock: str) -> dict[str, float]:
 
     Step times for (a) are per-run medians; for (b) means over the run (one refresh window), so the
     seed generation at the window's first step is amortised over its steps. A round of ``--packing-only``
-    has only the packed and padded updates. The tsctl figures come once per compile setting: uncompiled,
-    and (``*_compiled``) with ``trainer.compile``.
+    has only the packed and padded updates, one of ``--arena-only`` only (e)'s entries and their DAPO sides. The
+    tsctl figures come once per compile setting: uncompiled, and (``*_compiled``) with ``trainer.compile``.
     """
-    fig = packing_figures(r, clock)
-    if "tsctl_ratio0" not in r:
+    fig = arena_figures(r, clock)
+    if "update_packed" in r:
+        fig |= packing_figures(r, clock)
+    if "matmul_peak_gflops" not in r:
         return fig
     fig |= {
         "matmul_peak_gflops": r["matmul_peak_gflops"][clock],
@@ -89,7 +93,7 @@ def summarise(rounds: list[dict], generation: dict | None) -> dict[str, dict[str
              "ratio25_seeds_mean_s", "engine_tokens_per_s", "generate_tokens_per_s", "update_s", "train_tokens_per_s",
              "update_gflops_per_s", "update_model_gflops_per_s", "forward_token_share", "update_s_compiled", "train_tokens_per_s_compiled",
              "update_gflops_per_s_compiled", "tsctl_ratio0_step_mean_s_compiled", "tsctl_ratio25_step_mean_s_compiled", "matmul_peak_gflops", "plain_update_gflops_per_s", "plain_update_share_of_peak",
-             "shape_matmul_gflops", "shape_matmul_share_of_peak", *PACKING_FIGURES]
+             "shape_matmul_gflops", "shape_matmul_share_of_peak", *PACKING_FIGURES, *ARENA_FIGURES]
     out: dict[str, dict[str, dict]] = {}
     for name in order:
         for clock in CLOCKS:

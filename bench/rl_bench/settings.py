@@ -33,6 +33,8 @@ class Settings:
     temperature: float = 1.0
     refresh: int = 10
     seed: int = 0
+    task: tuple[str, ...] = ()
+    """Overrides of the task every side trains on (none: the default task, countdown)."""
 
     @property
     def samples(self) -> int:

@@ -12,7 +12,7 @@ import time
 import warnings
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 from unittest import mock
 
 import torch
@@ -22,7 +22,7 @@ import tsctl.trainer.optim
 import tsctl.trainer.step
 from rl_bench.settings import CLOCKS, Settings
 from rl_bench.timing import Stopwatch, rotate, step_lengths, timed, update_flops
-from tsctl.config.schema import TinyModelConfig, TsctlConfig
+from tsctl.config.schema import TinyModelConfig
 from tsctl.engines.base import Request, SamplingParams
 from tsctl.engines.hf import HFEngine
 from tsctl.io.runs import locate_run
@@ -32,9 +32,10 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.seeds.bank import SeedBank
 from tsctl.runconfig import compose_config
-from tsctl.tasks.base import Problem
+from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.registry import build_task
 from tsctl.tasks.schedule import step_prompts
+from tsctl.trainer.learner import Learner
 
 # ---------------------------------------------------------------------------------------------
 # The model: built by tsctl's own builders, saved once, loaded by every side with EOS suppressed.
@@ -46,6 +47,11 @@ def save_bench_model(folder: Path, seed: int) -> None:
     model = build_tiny_model(TinyModelConfig(), tokenizer, seed=seed)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+def bench_task(s: Settings) -> Task:
+    """The task every side trains on: the default task with ``s.task``'s overrides, as the runs compose it."""
+    return build_task(compose_config(list(s.task)).cfg.task)
 
 
 def suppress_eos(model: PreTrainedModel, eos_id: int) -> PreTrainedModel:
@@ -65,30 +71,35 @@ def load_without_eos(path, dtype="float32", device="cpu") -> tuple[PreTrainedMod
 # tsctl: the trainer's own setup and steps, in process.
 
 
-def tsctl_overrides(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int, compiled: bool = False) -> list[str]:
+def tsctl_overrides(
+    s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int, compiled: bool = False, extra: Sequence[str] = (),
+) -> list[str]:
     """Hydra overrides for a ``tsctl train`` run with settings ``s`` and no evals or intermediate checkpoints (``compiled``:
-    ``trainer.compile``)."""
+    ``trainer.compile``), then ``extra`` (an arena entry's)."""
     return [f"trainer.compile={str(compiled).lower()}",
         f"model.path={model_dir}", "model.dtype=float32", "model.device=cpu", f"runs_dir={runs_dir}", f"name={name}",
-        f"seed={s.seed}", f"ratio={ratio}", f"refresh={s.refresh}", "algo=dapo",
+        f"seed={s.seed}", f"ratio={ratio}", f"refresh={s.refresh}", *s.task, "algo=dapo",
         f"algo.clip_low={s.clip_low}", f"algo.clip_high={s.clip_high}",
         f"engine.max_new_tokens={s.max_new_tokens}", f"engine.temperature={s.temperature}", "engine.top_p=1.0",
         f"trainer.steps={steps}", f"trainer.batch_size={s.batch_size}", f"trainer.n={s.n}",
         f"trainer.mini_batches={s.mini_batches}", "trainer.micro_batch_size=0", f"trainer.lr={s.lr}",
-        "trainer.eval_every=0", f"trainer.save_every={steps + 1}", "trainer.keep_checkpoints=1",
+        "trainer.eval_every=0", f"trainer.save_every={steps + 1}", "trainer.keep_checkpoints=1", *extra,
     ]
 
 
-def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int, compiled: bool = False) -> dict[str, list[float]]:
-    """Run tsctl's training loop in process for ``steps`` steps: the trainer's :func:`~tsctl.trainer.step.setup`,
-    then :func:`~tsctl.trainer.step.run_step` per step; per step, its wall times (from the metric records) and CPU times.
+def run_tsctl(
+    s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: int, steps: int, compiled: bool = False, extra: Sequence[str] = (),
+) -> dict[str, list[float]]:
+    """Run tsctl's training loop in process for ``steps`` steps (``extra``: overrides after the bench's): the trainer's
+    :func:`~tsctl.trainer.step.setup`, then :func:`~tsctl.trainer.step.run_step` per step; per step, its wall times
+    (from the metric records) and CPU times.
     With ``compiled`` (``trainer.compile``) also the seconds each step spent compiling: the process keeps what it
     compiled, so only its first compiled run compiles.
 
     CPU seconds are taken around the step's own calls: ``SeedBank.prepare`` and ``train_step`` make up
-    a step (as ``time/step`` does), ``policy_update`` is the update phase (as ``time/update``).
+    a step (as ``time/step`` does), ``Learner.update`` is the update phase (as ``time/update``).
     """
-    composed = compose_config(tsctl_overrides(s, model_dir, runs_dir, name, ratio, steps, compiled))
+    composed = compose_config(tsctl_overrides(s, model_dir, runs_dir, name, ratio, steps, compiled, extra))
     cfg = composed.cfg
     cpu: dict[str, dict[int, float]] = {"step": defaultdict(float), "update": defaultdict(float)}
     current = [0]
@@ -110,12 +121,12 @@ def run_tsctl(s: Settings, model_dir: Path, runs_dir: Path, name: str, ratio: in
         mock.patch.object(tsctl.trainer.optim, "load_model", load_without_eos),
         mock.patch.object(tsctl.trainer.step, "train_step", clocked("step", tsctl.trainer.step.train_step, lambda step, *_: step)),
         mock.patch.object(SeedBank, "prepare", clocked("step", SeedBank.prepare, lambda bank, step, *_: step)),
-        mock.patch.object(tsctl.trainer.step, "policy_update", clocked("update", tsctl.trainer.step.policy_update, lambda *_: 0)),
+        mock.patch.object(Learner, "update", clocked("update", Learner.update, lambda *_: 0)),
     ]
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
-        ctx, _ = tsctl.trainer.step.setup(cfg, str(model_dir), str(model_dir), locate_run(cfg, composed.node, "train"))
+        ctx = tsctl.trainer.step.setup(cfg, str(model_dir), str(model_dir), locate_run(cfg, composed.node, "train"))
         torch.manual_seed(cfg.seed)
         records = [tsctl.trainer.step.run_step(step, ctx) for step in range(steps)]
     assert all(r["response_length/mean"] == s.max_new_tokens for r in records), "a response stopped early"
@@ -144,7 +155,7 @@ def run_trl(s: Settings, model_dir: Path, out_dir: Path, problems: list[Problem]
     from trl import GRPOConfig, GRPOTrainer
 
     model, tokenizer = load_without_eos(model_dir)
-    task = build_task(TsctlConfig().task)
+    task = bench_task(s)
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
     indices = [i for step in range(steps) for i in step_prompts(s.seed, step, s.batch_size, len(problems))]
     # The built-in tokenizer has no chat template and adds no BOS: the text carries it, as tsctl's prompts do.

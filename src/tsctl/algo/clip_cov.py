@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tsctl.algo.losses import POLICY_LOSSES, DualClip, ppo_clip, token_log_ratio
+from tsctl.algo.token_selection import Clipped, centred_covariance, selecting, share_count
 from tsctl.config.errors import ConfigError
 from tsctl.config.ranges import in_range, positive
 
@@ -65,32 +65,6 @@ class ClipCovSettings:
             raise ConfigError("algo.clip_cov.cov_ub", f"{self.cov_ub} must be > algo.clip_cov.cov_lb={self.cov_lb} (an empty window drops no token)")
 
 
-def centred_covariance(logprobs: Tensor, advantages: Tensor, tokens: Tensor) -> Tensor:
-    """Each token's ``(log pi(o_t) - mean log pi) * (A_t - mean A)``, the means over ``tokens``; 0 elsewhere.
-
-    Args:
-        logprobs: ``[B, T]`` ``pi_theta`` log-probs (read detached).
-        advantages: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages.
-        tokens: ``[B, T]`` bool, the tokens the means are taken over.
-
-    Returns:
-        ``[B, T]`` float32 covariances, without gradient.
-    """
-    with torch.no_grad():
-        lp = logprobs.detach().float()
-        adv = (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).float().expand_as(lp)
-        on = tokens.bool()
-        n = on.sum().clamp(min=1)
-        cov = (lp - lp[on].sum() / n) * (adv - adv[on].sum() / n)
-        return torch.where(on, cov, torch.zeros_like(cov))
-
-
-def share_count(share: float, tokens: Tensor) -> int:
-    """``max(floor(share * n), 1)`` of the ``n`` True entries of ``tokens`` ``[B, T]``; 0 when there are none."""
-    n = int(tokens.sum())
-    return max(int(share * n), 1) if n else 0
-
-
 def _draw(window: Tensor, count: int, generator: torch.Generator) -> Tensor:
     """``[B, T]`` bool: ``count`` of the True entries of ``window`` (all when fewer), drawn uniformly by ``generator``."""
     where = window.flatten().nonzero().squeeze(1)
@@ -100,30 +74,21 @@ def _draw(window: Tensor, count: int, generator: torch.Generator) -> Tensor:
     return picked.view_as(window)
 
 
-@POLICY_LOSSES.register("clip_cov", reads=("clip_low", "clip_high", "clip_c"), prefix_clip=True, draws=True, settings=ClipCovSettings)
-def clip_cov(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-    prefix: Tensor, clip_low: float, clip_high: float, settings: ClipCovSettings, generator: torch.Generator, clip_c: DualClip = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token Clip-Cov loss (the module docstring).
+@selecting("clip_cov", ClipCovSettings, draws=True)
+def clip_cov(batch: Clipped, settings: ClipCovSettings, *, generator: torch.Generator) -> tuple[Tensor, dict[str, Tensor]]:
+    """Per-token Clip-Cov loss (the module docstring), called as every token-selecting entry
+    (:func:`~tsctl.algo.token_selection.selecting`).
 
     Args:
-        logprobs: ``[B, T]`` ``pi_theta`` log-probs (with grad).
-        old_logprobs: ``[B, T]`` stored log-probs (pi_b on prefix tokens, pi_old elsewhere).
-        advantages: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages.
-        mask: ``[B, T]`` bool loss mask.
-        prefix: ``[B, T]`` bool seed-prefix tokens (never drawn).
-        clip_low, clip_high, clip_c: as in :func:`~tsctl.algo.losses.ppo_clip`.
+        batch: the clipped loss of the batch; its seed-prefix tokens are never drawn.
         settings: ``algo.clip_cov``.
         generator: the update's random stream (the tokens drawn).
 
     Returns:
         ``[B, T]`` per-token loss, the metrics of :mod:`tsctl.algo.losses` and ``masked`` (``[B, T]`` 0/1).
     """
-    loss, metrics = ppo_clip(token_log_ratio(logprobs, old_logprobs), advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
-    sampled = mask.bool() & ~prefix.bool()
-    cov = centred_covariance(logprobs, advantages, sampled)
-    window = sampled & (metrics["clipped"] == 0) & (cov >= settings.cov_lb) & (cov <= settings.cov_ub)
-    dropped = _draw(window, share_count(settings.clip_ratio, sampled), generator)
-    metrics["masked"] = dropped.float()
-    return torch.where(dropped, loss.detach(), loss), metrics
+    cov = centred_covariance(batch.logprobs, batch.advantages, batch.sampled)
+    window = batch.sampled & (batch.metrics["clipped"] == 0) & (cov >= settings.cov_lb) & (cov <= settings.cov_ub)
+    dropped = _draw(window, share_count(settings.clip_ratio, batch.sampled), generator)
+    batch.metrics["masked"] = dropped.float()
+    return torch.where(dropped, batch.loss.detach(), batch.loss), batch.metrics

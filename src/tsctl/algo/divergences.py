@@ -20,7 +20,8 @@ A penalty is a loss, so what acts is its gradient, and differentiating ``f(r)`` 
 sampling distribution's share: the gradient of ``E_{pi_theta}[f(r)]`` at a state is ``E[(f(r) - r f'(r)) grad log
 pi_theta(o_t)]``. Each entry therefore returns a tensor whose value is ``f(r)`` (clamped to at most 10, as k3's, for
 the log and the loss value) and whose gradient with respect to ``logprobs`` is the one-sample estimate
-``g(r) = f(r) - r f'(r)`` of the divergence's own gradient:
+``g(r) = f(r) - r f'(r)`` of the divergence's own gradient (:func:`f_divergence` builds such an entry from the pair
+``f(r)``, ``g(r)``; ``k3`` alone is differentiated as it stands):
 
 - ``k3`` (the default; unchanged): ``r - 1 - log r``, Schulman's k3 estimate of the reverse ``KL(pi_theta || pi_ref)``,
   differentiated as it stands (``d/dlog pi_theta = 1 - r``), clamped to at most 10 (zero gradient past it). Note:
@@ -77,10 +78,27 @@ def _log_ratio(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
-def _with_gradient(value: Tensor, gradient: Tensor, logprobs: Tensor) -> Tensor:
-    """``[B, T]``: the value of ``value`` (clamped to at most :data:`VALUE_CAP`), the derivative ``gradient`` with respect
-    to each token's ``logprobs`` (both taken as constants)."""
-    return value.detach().clamp(max=VALUE_CAP) + gradient.detach() * (logprobs - logprobs.detach())
+Estimate = Callable[[Tensor], tuple[Tensor, Tensor]]
+"""``fn(d) -> (value, gradient)`` of ``d = log r`` (``[B, T]``, clamped, detached): a divergence's per-token value
+``f(r)`` and the derivative ``g(r)`` its penalty takes with respect to each token's ``log pi_theta``, each ``[B, T]``."""
+
+
+def f_divergence(name: str) -> Callable[[Estimate], Divergence]:
+    """Decorator registering an :data:`Estimate` as the divergence ``name``: a :data:`Divergence` ``fn(logprobs,
+    ref_logprobs)`` (``[B, T]`` each, ``logprobs`` with grad) whose ``[B, T]`` value is the estimate's ``value``
+    clamped to at most :data:`VALUE_CAP` and whose derivative with respect to each token's ``logprobs`` is its
+    ``gradient`` (both taken as constants). The decorator returns the registered divergence."""
+
+    def register(estimate: Estimate) -> Divergence:
+        def divergence(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+            value, gradient = estimate(_log_ratio(logprobs, ref_logprobs).detach())
+            return value.detach().clamp(max=VALUE_CAP) + gradient.detach() * (logprobs - logprobs.detach())
+
+        divergence.__name__ = divergence.__qualname__ = estimate.__name__
+        divergence.__module__, divergence.__doc__ = estimate.__module__, estimate.__doc__
+        return DIVERGENCES.register(name)(divergence)
+
+    return register
 
 
 @DIVERGENCES.register("k3")
@@ -98,49 +116,22 @@ def kl_penalty_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return (d.exp() - d - 1.0).clamp(max=VALUE_CAP)
 
 
-@DIVERGENCES.register("reverse")
-def reverse_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """``KL(pi_theta || pi_ref)``: value k3 ``r - 1 - log r``, derivative ``log(pi_theta / pi_ref) = -log r``.
-
-    Args:
-        logprobs: ``[B, T]`` log-probs under ``pi_theta`` (with grad).
-        ref_logprobs: ``[B, T]`` log-probs under the reference policy.
-
-    Returns:
-        ``[B, T]`` non-negative per-token penalties.
-    """
-    d = _log_ratio(logprobs, ref_logprobs).detach()
-    return _with_gradient(d.exp() - d - 1.0, -d, logprobs)
+@f_divergence("reverse")
+def reverse_kl(d: Tensor) -> tuple[Tensor, Tensor]:
+    """``KL(pi_theta || pi_ref)``: value k3 ``r - 1 - log r``, derivative ``log(pi_theta / pi_ref) = -log r``."""
+    return d.exp() - d - 1.0, -d
 
 
-@DIVERGENCES.register("forward")
-def forward_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """``KL(pi_ref || pi_theta)``: value ``r log r - (r - 1)``, derivative ``1 - min(r, 10)``.
-
-    Args:
-        logprobs: ``[B, T]`` log-probs under ``pi_theta`` (with grad).
-        ref_logprobs: ``[B, T]`` log-probs under the reference policy.
-
-    Returns:
-        ``[B, T]`` non-negative per-token penalties.
-    """
-    d = _log_ratio(logprobs, ref_logprobs).detach()
+@f_divergence("forward")
+def forward_kl(d: Tensor) -> tuple[Tensor, Tensor]:
+    """``KL(pi_ref || pi_theta)``: value ``r log r - (r - 1)``, derivative ``1 - min(r, 10)``."""
     r = d.exp()
-    return _with_gradient(r * d - (r - 1.0), 1.0 - r.clamp(max=RATIO_CAP), logprobs)
+    return r * d - (r - 1.0), 1.0 - r.clamp(max=RATIO_CAP)
 
 
-@DIVERGENCES.register("js")
-def jensen_shannon(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """``JS(pi_ref, pi_theta)``: value ``1/2 [r log r - (r + 1) log((r + 1) / 2)]``, derivative ``1/2 log(2 / (1 + r))``.
-
-    Args:
-        logprobs: ``[B, T]`` log-probs under ``pi_theta`` (with grad).
-        ref_logprobs: ``[B, T]`` log-probs under the reference policy.
-
-    Returns:
-        ``[B, T]`` non-negative per-token penalties.
-    """
-    d = _log_ratio(logprobs, ref_logprobs).detach()
+@f_divergence("js")
+def jensen_shannon(d: Tensor) -> tuple[Tensor, Tensor]:
+    """``JS(pi_ref, pi_theta)``: value ``1/2 [r log r - (r + 1) log((r + 1) / 2)]``, derivative ``1/2 log(2 / (1 + r))``."""
     log_half_sum = softplus(d) - math.log(2.0)  # log((1 + r) / 2), stable for large |d|
     value = 0.5 * (d.exp() * d - (d.exp() + 1.0) * log_half_sum)
-    return _with_gradient(value.clamp(min=0.0), -0.5 * log_half_sum, logprobs)
+    return value.clamp(min=0.0), -0.5 * log_half_sum

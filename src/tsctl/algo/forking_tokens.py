@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tsctl.algo.losses import POLICY_LOSSES, DualClip, ppo_clip, token_log_ratio
+from tsctl.algo.token_selection import Clipped, selecting
 from tsctl.config.ranges import in_range, positive
 
 
@@ -61,31 +61,21 @@ def high_entropy(entropy: Tensor, tokens: Tensor, share: float) -> Tensor:
     return on & (entropy.detach() >= tau)
 
 
-@POLICY_LOSSES.register(
-    "forking_tokens", reads=("clip_low", "clip_high", "clip_c"), prefix_clip=True, entropies=True, settings=ForkingTokensSettings,
-)
-def forking_tokens(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-    prefix: Tensor, clip_low: float, clip_high: float, settings: ForkingTokensSettings, entropy: Tensor, clip_c: DualClip = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token loss of the forking tokens (the module docstring).
+@selecting("forking_tokens", ForkingTokensSettings, entropies=True)
+def forking_tokens(batch: Clipped, settings: ForkingTokensSettings, *, entropy: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """Per-token loss of the forking tokens (the module docstring), called as every token-selecting entry
+    (:func:`~tsctl.algo.token_selection.selecting`).
 
     Args:
-        logprobs: ``[B, T]`` ``pi_theta`` log-probs (with grad).
-        old_logprobs: ``[B, T]`` stored log-probs (pi_b on prefix tokens, pi_old elsewhere).
-        advantages: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages.
-        mask: ``[B, T]`` bool loss mask.
-        prefix: ``[B, T]`` bool seed-prefix tokens (ranked with the others).
-        clip_low, clip_high, clip_c: as in :func:`~tsctl.algo.losses.ppo_clip`.
+        batch: the clipped loss of the batch; its seed-prefix tokens are ranked with the others.
         settings: ``algo.forking_tokens``.
         entropy: ``[B, T]`` ``pi_theta``'s entropy at each token (detached).
 
     Returns:
         ``[B, T]`` per-token loss, the metrics of :mod:`tsctl.algo.losses` and ``masked`` (``[B, T]`` 0/1).
     """
-    loss, metrics = ppo_clip(token_log_ratio(logprobs, old_logprobs), advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
-    kept = high_entropy(entropy, mask, settings.top_share)
-    loss = loss * kept
-    metrics["pg_loss"] = loss.detach().float()
-    metrics["masked"] = (mask.bool() & ~kept).float()
-    return loss, metrics
+    kept = high_entropy(entropy, batch.mask, settings.top_share)
+    loss = batch.loss * kept
+    batch.metrics["pg_loss"] = loss.detach().float()
+    batch.metrics["masked"] = (batch.mask & ~kept).float()
+    return loss, batch.metrics

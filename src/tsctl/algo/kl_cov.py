@@ -2,7 +2,7 @@
 "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", arXiv 2505.22617).
 
 The paper's second answer to entropy collapse (beside :mod:`tsctl.algo.clip_cov`): rank the batch's tokens by the
-covariance of their log-probability and advantage (:func:`~tsctl.algo.clip_cov.centred_covariance`),
+covariance of their log-probability and advantage (:func:`~tsctl.algo.token_selection.centred_covariance`),
 
     Cov(y_i) = (log pi_theta(y_i) - 1/N sum_j log pi_theta(y_j)) * (A(y_i) - 1/N sum_j A(y_j))
     I_KL     = {i | Rank(Cov(y_i)) <= k N}
@@ -40,8 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tsctl.algo.clip_cov import centred_covariance, share_count
-from tsctl.algo.losses import POLICY_LOSSES, DualClip, ppo_clip, token_log_ratio
+from tsctl.algo.token_selection import Clipped, centred_covariance, selecting, share_count
 from tsctl.config.ranges import in_range, positive
 
 
@@ -68,30 +67,21 @@ def top_covariance(cov: Tensor, tokens: Tensor, count: int) -> Tensor:
     return top.view_as(cov)
 
 
-@POLICY_LOSSES.register("kl_cov", reads=("clip_low", "clip_high", "clip_c"), prefix_clip=True, settings=KlCovSettings)
-def kl_cov(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
-    prefix: Tensor, clip_low: float, clip_high: float, settings: KlCovSettings, clip_c: DualClip = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token KL-Cov loss (the module docstring).
+@selecting("kl_cov", KlCovSettings)
+def kl_cov(batch: Clipped, settings: KlCovSettings) -> tuple[Tensor, dict[str, Tensor]]:
+    """Per-token KL-Cov loss (the module docstring), called as every token-selecting entry
+    (:func:`~tsctl.algo.token_selection.selecting`).
 
     Args:
-        logprobs: ``[B, T]`` ``pi_theta`` log-probs (with grad).
-        old_logprobs: ``[B, T]`` stored log-probs (pi_b on prefix tokens, pi_old elsewhere).
-        advantages: ``[B]`` per-sequence (or ``[B, T]`` per-token) advantages.
-        mask: ``[B, T]`` bool loss mask.
-        prefix: ``[B, T]`` bool seed-prefix tokens (never penalised).
-        clip_low, clip_high, clip_c: as in :func:`~tsctl.algo.losses.ppo_clip`.
+        batch: the clipped loss of the batch; its seed-prefix tokens are never penalised.
         settings: ``algo.kl_cov``.
 
     Returns:
         ``[B, T]`` per-token loss, the metrics of :mod:`tsctl.algo.losses` and ``penalised`` (``[B, T]`` 0/1).
     """
-    log_ratio = token_log_ratio(logprobs, old_logprobs)
-    loss, metrics = ppo_clip(log_ratio, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
-    sampled = mask.bool() & ~prefix.bool()
-    penalised = top_covariance(centred_covariance(logprobs, advantages, sampled), sampled, share_count(settings.k_ratio, sampled))
-    loss = loss + settings.kl_coef * log_ratio.abs() * penalised
-    metrics["pg_loss"] = loss.detach().float()
-    metrics["penalised"] = penalised.float()
-    return loss, metrics
+    sampled = batch.sampled
+    penalised = top_covariance(centred_covariance(batch.logprobs, batch.advantages, sampled), sampled, share_count(settings.k_ratio, sampled))
+    loss = batch.loss + settings.kl_coef * batch.log_ratio.abs() * penalised
+    batch.metrics["pg_loss"] = loss.detach().float()
+    batch.metrics["penalised"] = penalised.float()
+    return loss, batch.metrics

@@ -37,9 +37,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 from scipy import stats as scipy_stats
 
-from tsctl.analysis.stats import LEVEL, Comparison, Interval, check_level, t_quantile, t_two_sided_p
+from tsctl.analysis.stats import LEVEL, Comparison, Interval, check_level
 
 METHOD = "seeds and problems"
 """The name of :func:`crossed_difference`'s test, as the tables print it."""
@@ -114,6 +115,61 @@ def variance_components(scores: np.ndarray, samples: int = 1) -> Components:
     )
 
 
+@dataclass(frozen=True)
+class Differences:
+    """:func:`crossed_differences` of ``N`` pairs of tables, each field ``[N]``: the mean difference, its standard error,
+    the t-interval's ends and the two-sided p-value."""
+
+    mean: np.ndarray
+    se: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    p: np.ndarray
+
+
+def crossed_differences(setting: np.ndarray, baseline: np.ndarray, level: float = LEVEL) -> Differences:
+    """``setting - baseline`` over seeds and problems, both random (module docstring), for ``N`` pairs at once.
+
+    Args:
+        setting: ``[N, S, P]`` scores: ``N`` tables of ``P`` problems under ``S`` seeds (S >= 2).
+        baseline: ``[N, S, P]`` scores of the same problems and seeds under the baseline.
+        level: confidence level of the t-intervals.
+
+    Returns:
+        Each pair's mean difference, standard error, t-interval at Satterthwaite's degrees of freedom and two-sided
+        p-value, as :func:`crossed_difference` gives one.
+
+    Raises:
+        ValueError: the arrays are not both ``[N, S, P]`` of one shape with S >= 2.
+    """
+    check_level(level)
+    a, b = np.asarray(setting, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if a.ndim != 3 or a.shape != b.shape or a.shape[1] < 2 or a.shape[2] < 1:
+        raise ValueError(f"crossed_differences needs two [pairs, seeds, problems] arrays of one shape, >= 2 seeds; got {a.shape} and {b.shape}")
+    d = a - b
+    _, seeds, problems = d.shape
+    mean, by_seed, by_problem = d.mean(axis=(1, 2)), d.mean(axis=2), d.mean(axis=1)
+    ms_seed = problems * ((by_seed - mean[:, None]) ** 2).sum(axis=1) / (seeds - 1)
+    if problems == 1:  # the paired t over seeds
+        ms_problem = ms_cell = extra = np.zeros_like(mean)
+        df = np.full_like(mean, seeds - 1)
+    else:
+        cells = (seeds - 1) * (problems - 1)
+        ms_problem = seeds * ((by_problem - mean[:, None]) ** 2).sum(axis=1) / (problems - 1)
+        ms_cell = ((d - by_seed[:, :, None] - by_problem[:, None, :] + mean[:, None, None]) ** 2).sum(axis=(1, 2)) / cells
+        extra = np.maximum(0.0, ms_problem - ms_cell)
+        with np.errstate(divide="ignore", invalid="ignore"):  # Satterthwaite: var(sum c_i MS_i) ~ sum c_i^2 MS_i^2 * 2 / df_i
+            satterthwaite = (ms_seed + extra) ** 2 / (ms_seed**2 / (seeds - 1) + ms_problem**2 / (problems - 1) + ms_cell**2 / cells)
+        df = np.where(extra > 0, satterthwaite, seeds - 1)
+    total = ms_seed + extra
+    flat = total == 0
+    se = np.sqrt(total / (seeds * problems))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half = np.where(flat, 0.0, special.stdtrit(df, 0.5 + level / 2) * se)
+        p = np.where(flat, np.where(mean != 0, 0.0, 1.0), 2 * special.stdtr(df, -np.abs(mean / se)))
+    return Differences(mean, se, mean - half, mean + half, p)
+
+
 def crossed_difference(setting: np.ndarray, baseline: np.ndarray, level: float = LEVEL) -> Comparison:
     """``setting - baseline`` over seeds and problems, both random (module docstring).
 
@@ -130,30 +186,12 @@ def crossed_difference(setting: np.ndarray, baseline: np.ndarray, level: float =
     Raises:
         ValueError: the arrays are not both ``[S, P]`` of one shape with S >= 2.
     """
-    check_level(level)
     a, b = np.asarray(setting, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
     if a.ndim != 2 or a.shape != b.shape or a.shape[0] < 2 or a.shape[1] < 1:
         raise ValueError(f"crossed_difference needs two [seeds, problems] arrays of one shape, >= 2 seeds; got {a.shape} and {b.shape}")
-    d = a - b
-    seeds, problems = d.shape
-    mean = float(d.mean())
-    if problems == 1:
-        ms = MeanSquares(float(d[:, 0].var(ddof=1)), 0.0, 0.0, seeds, 1)
-    else:
-        ms = mean_squares(d)
-    extra = max(0.0, ms.problem - ms.cell)
-    total = ms.seed + extra
-    if total == 0:
-        p = 0.0 if mean != 0 else 1.0
-        return Comparison(Interval(mean, 0.0, seeds, mean, mean), p, METHOD)
-    if extra > 0:  # Satterthwaite: var(sum c_i MS_i) ~ sum c_i^2 MS_i^2 * 2 / df_i
-        df = total**2 / (ms.seed**2 / (seeds - 1) + ms.problem**2 / (problems - 1) + ms.cell**2 / ((seeds - 1) * (problems - 1)))
-    else:
-        df = seeds - 1
-    se = math.sqrt(total / (seeds * problems))
-    half = t_quantile(0.5 + level / 2, df) * se
-    p = t_two_sided_p(mean / se, df)
-    return Comparison(Interval(mean, se, seeds, mean - half, mean + half), p, METHOD)
+    found = crossed_differences(a[None], b[None], level)
+    mean, se, low, high, p = (float(v[0]) for v in (found.mean, found.se, found.low, found.high, found.p))
+    return Comparison(Interval(mean, se, a.shape[0], low, high), p, METHOD)
 
 
 def seed_spread(scores: np.ndarray) -> tuple[float, float]:

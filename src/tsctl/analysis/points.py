@@ -16,6 +16,7 @@ What "final" means per run (:func:`final_values`):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import Counter
@@ -23,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from omegaconf import OmegaConf
+import yaml
 
 from tsctl.algo.position_metrics import SOURCE_NAMES
 from tsctl.io.rounding import label as arithmetic_label
 from tsctl.io.run_lock import is_held
-from tsctl.io.runs import RunDir
+from tsctl.io.runs import RunDir, check_run
 
 FINAL_EVAL = "final_eval.json"
 """File in a run folder with the final checkpoint's held-out greedy accuracy and pass@k."""
@@ -75,9 +76,9 @@ class Run:
     arithmetic: Optional[str] = None
     dirty: Optional[bool] = None
 
-    @property
+    @functools.cached_property
     def train_records(self) -> list[dict[str, Any]]:
-        """Records of training steps (step 0 holds the evaluation before training)."""
+        """Records of training steps (step 0 holds the evaluation before training), picked out once."""
         return [r for r in self.records if r.get("step", 0) >= 1 and "entropy" in r]
 
 
@@ -116,16 +117,27 @@ def _overrides(path: Path) -> Optional[dict[str, str]]:
     saved = path / ".hydra" / "overrides.yaml"
     if not saved.is_file():
         return None
-    pairs = (str(line).split("=", 1) for line in OmegaConf.to_container(OmegaConf.load(saved)))
+    pairs = (str(line).split("=", 1) for line in read_yaml(saved))
     return {key.lstrip("+~"): value for key, value in pairs}
 
 
+def read_yaml(path: Path) -> Any:
+    """The YAML file ``path`` that tsctl wrote (``OmegaConf.to_yaml``: a run's config, its Hydra overrides), read by
+    libyaml: the same values as ``OmegaConf.load``, about ten times faster (a report reads hundreds of them)."""
+    return yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
+
+
 def load_run(path: Path) -> Run:
-    """Read a run folder's status, settings, metrics and final evaluation."""
+    """Read a run folder's status, settings, metrics and final evaluation.
+
+    Raises:
+        RunError: its config, manifest and records disagree or are missing or damaged (:func:`tsctl.io.runs.check_run`).
+    """
+    check_run(path)
     run = RunDir(path)
     manifest = run.manifest()
     config = path / "config.yaml"
-    settings = _flatten(OmegaConf.to_container(OmegaConf.load(config))) if config.is_file() else {}
+    settings = _flatten(read_yaml(config)) if config.is_file() else {}
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
     return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"),
                manifest.get("git_revision"), base_weights(manifest), arithmetic_label(manifest["arithmetic"]) if manifest.get("arithmetic") else None,

@@ -3,7 +3,8 @@
 A checkpoint setting (``eval.checkpoint``, ``shards.checkpoint``) is one of:
 
 - a run folder (it holds ``checkpoints/`` or ``manifest.json``): its complete checkpoints chosen by
-  the step setting (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``;
+  the step setting (``last``, ``all`` or a step number); results go to ``<run>/eval/step-N/``. A run whose
+  config, manifest and records disagree or are missing or damaged is refused (:mod:`tsctl.io.run_identity`);
 - one checkpoint of a run (``<run>/checkpoints/step-N``): results go to ``<run>/eval/step-N/``;
 - any other HF model folder: results go to ``<runs_dir>/<experiment>/eval/<folder name>/``;
 - null: ``model.path``, as the caller's ``base_model`` resolves it (the warm-up stage's builds and
@@ -21,7 +22,7 @@ from typing import Callable
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import TsctlConfig
 from tsctl.io.checkpoints import list_checkpoints, step_of
-from tsctl.io.runs import RunError
+from tsctl.io.runs import RunError, check_run
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def resolve_models(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str
 
     Raises:
         ConfigError: a missing checkpoint path, or an invalid or unknown step.
-        RunError: a run folder without any complete checkpoint.
+        RunError: a run folder without any complete checkpoint, or one whose config, manifest and records disagree or
+            are missing or damaged (:func:`tsctl.io.runs.check_run`; also for one checkpoint of a run).
     """
     if checkpoint is None:
         return [_model_target(base_model(cfg), cfg)]
@@ -74,6 +76,7 @@ def resolve_models(cfg: TsctlConfig, checkpoint: str | None, step: str, key: str
             f"{key}.checkpoint", f"{checkpoint} does not exist; pass a run folder (with checkpoints/) or a model folder (with config.json)"
         )
     if (path / "checkpoints").is_dir() or (path / "manifest.json").is_file():
+        check_run(path)
         return _run_targets(path, step, key)
     if step != "last":
         raise ConfigError(f"{key}.step", f"{step!r} needs a run folder (with checkpoints/), but {checkpoint} is a model folder")
@@ -105,6 +108,7 @@ def _model_target(path: str, cfg: TsctlConfig) -> Target:
     folder = Path(path)
     step = step_of(folder)
     if step is not None and folder.parent.name == "checkpoints":
+        check_run(folder.parent.parent)
         return Target(folder.name, path, step, folder.parent.parent / "eval" / folder.name)
     label = folder.name if folder.is_dir() else path.replace("/", "--")
     return Target(label, path, None, Path(cfg.runs_dir) / cfg.experiment / "eval" / label)

@@ -1,11 +1,12 @@
 """One run is one folder: ``<runs_dir>/<experiment>/<name>/``.
 
-Contents: ``config.yaml`` (resolved), ``manifest.json`` (status, versions, git revision, times),
+Contents: ``config.yaml`` (resolved), ``manifest.json`` (status, the config's digest, versions, git revision, times),
 ``metrics.jsonl`` (one JSON object per step), ``checkpoints/step-N/``, ``seeds/``, ``eval/``,
 ``plots/``. An existing run is never overwritten: it is resumed (``resume=true``) or refused, and
 ``resume=true`` of a run that does not exist is refused too. :func:`locate_run` checks this without
 writing anything, so a command can load its model and data first and create the folder only when
-they are sound (:func:`open_run`), and a failed start leaves no folder behind.
+they are sound (:func:`open_run`), and a failed start leaves no folder behind. A folder that is not a run, or a run
+whose config, manifest and records disagree, is refused (:mod:`tsctl.io.run_identity`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tsctl.config.schema import TsctlConfig
 from tsctl.io import atomic
 from tsctl.io.config_diff import config_changes
 from tsctl.io.progress import console
+from tsctl.io.run_identity import CONFIG_DIGEST, config_digest, config_values, place_problem, problem
 from tsctl.io.run_lock import LOCK_FILE, RunBusy, RunLock, clean_temp
 from tsctl.io.step_logs import parse
 
@@ -200,15 +202,29 @@ def gunzip_metrics(folder: Path) -> bytes:
         raise RunError(f"{path} is damaged ({err}); delete {folder} and train that point again") from None
 
 
+def check_run(folder: Path) -> None:
+    """Refuse a run folder whose config, manifest and records disagree or are missing or damaged (:func:`tsctl.io.run_identity.problem`).
+
+    Raises:
+        RunError: the one line naming what is wrong and how to recover.
+    """
+    if (found := problem(folder)) is not None:
+        raise RunError(found)
+
+
 def locate_run(cfg: TsctlConfig, node: DictConfig, command: str, unread: tuple[str, ...] = ()) -> RunDir:
     """The run folder of ``cfg``, checked against ``cfg.resume``; nothing is written. ``unread``: keys the run does
     not read (another engine's settings), which a resume may find changed.
 
     Raises:
-        RunError: the run exists and resume is off, resume is on and there is no run, or resume is
-            on and the saved config differs (the message lists each changed key, old -> new).
+        RunError: the folder may not hold this run (:func:`tsctl.io.run_identity.place_problem`: outside the runs folder,
+            not a run, or a run whose config, manifest and records disagree), the run exists and resume is off,
+            resume is on and there is no run, or resume is on and the saved config differs (the message lists
+            each changed key, old -> new).
     """
     run = RunDir(Path(cfg.runs_dir) / cfg.experiment / run_name(cfg))
+    if (found := place_problem(run.path, Path(cfg.runs_dir))) is not None:
+        raise RunError(found)
     saved = run.path / "config.yaml"
     if saved.is_file():
         if not cfg.resume:
@@ -266,9 +282,11 @@ def open_run(cfg: TsctlConfig, node: DictConfig, command: str, unread: tuple[str
         if removed:
             console.print(f"removed {len(removed)} temp file(s) an interrupted process left in {run.path}", highlight=False)
         if not (run.path / "config.yaml").is_file():
-            atomic.write_text(run.path / "config.yaml", OmegaConf.to_yaml(node, resolve=True))
+            text = OmegaConf.to_yaml(node, resolve=True)
+            atomic.write_text(run.path / "config.yaml", text)
             run.set_status(
                 "running",
+                **{CONFIG_DIGEST: config_digest(config_values(text))},
                 command=" ".join([command, *sys.argv[2:]]) if len(sys.argv) > 1 else command,
                 created=time.strftime("%Y-%m-%dT%H:%M:%S"),
                 versions=_versions(),

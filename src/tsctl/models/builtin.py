@@ -1,7 +1,9 @@
 """The built-in model: built, warmed up on the task and cached under ``<runs_dir>/_models/``.
 
-The cache key covers every setting that changes the weights (architecture, warm-up settings, task),
-so ``tsctl train`` after ``tsctl warmup`` reuses the same folder, and a changed task builds anew.
+The cache key covers what the warm-up reads: the architecture, the warm-up settings and the task's content
+(:func:`~tsctl.tasks.registry.task_content`: a file task's data digests, so rows rewritten at the same path build anew,
+and the settings that shape its rows; a generated task's settings), and no other task key, so ``tsctl train`` after
+``tsctl warmup`` reuses the same folder whatever its training reward or held-out checks, and changed problems build anew.
 Its ``warmup.json`` records the warm-up's loss, time, weights' digest (a damaged cache is refused with the fix:
 :func:`check_cache`) and arithmetic (torch threads and CPU instruction set,
 on which the weights can depend beside the key: another thread count rounds differently). The held-out
@@ -30,7 +32,7 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.models.warmup import encode_examples, supervised_warmup
 from tsctl.tasks.base import Problem, Task
-from tsctl.tasks.registry import build_task
+from tsctl.tasks.registry import build_task, task_content
 
 WARMUP_REPORT = "warmup.json"
 
@@ -39,8 +41,13 @@ Scorer = Callable[[PreTrainedModel, PromptFormatter, Task, Sequence[Problem]], f
 
 
 def builtin_dir(cfg: TsctlConfig) -> Path:
-    """Cache folder of the built-in model for ``cfg``'s architecture, warm-up and task."""
-    key = {"tiny": dataclasses.asdict(cfg.model.tiny), "warmup": dataclasses.asdict(cfg.model.warmup), "task": dataclasses.asdict(cfg.task)}
+    """Cache folder of the built-in model for ``cfg``'s architecture, warm-up and task content (a file task's data is
+    hashed: :mod:`tsctl.tasks.digests`).
+
+    Raises:
+        DataError: a data file that does not exist; a hub dataset that cannot be loaded.
+    """
+    key = {"tiny": dataclasses.asdict(cfg.model.tiny), "warmup": dataclasses.asdict(cfg.model.warmup), "task": task_content(cfg.task)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     cache = Path(cfg.model.cache_dir) if cfg.model.cache_dir else Path(cfg.runs_dir) / "_models"
     return cache / f"builtin-{cfg.task.name}-{digest}"
@@ -112,11 +119,12 @@ def check_cache(folder: Path) -> None:
 
 
 def build_and_warm_up(cfg: TsctlConfig, score: Scorer) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
-    """Build the tiny model, warm it up on the task's train split, score it on held-out problems with ``score``."""
+    """Build the tiny model, warm it up on the task's train split, score it on held-out problems with ``score``
+    (the task read first: its data's refusals come before the model is built)."""
+    task = build_task(cfg.task)
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(cfg.model.tiny, tokenizer, seed=cfg.model.warmup.seed)
     formatter = PromptFormatter(tokenizer, use_chat_template=False)
-    task = build_task(cfg.task)
     max_len = cfg.model.tiny.max_position_embeddings
     examples = encode_examples(list(task.problems("train")), formatter, max_len)
     report = supervised_warmup(model, examples, cfg.model.warmup, formatter.pad_id)

@@ -9,7 +9,8 @@ by one sampled token. So a prompt fits when ``len(prompt_ids) + max_new_tokens (
 draws it, hours into a run (and again after every resume), and the ``hf`` engine runs it at positions
 the model never saw. ``task.overlong_prompts`` chooses what happens instead, before a run
 starts: ``error`` (the default: stop, saying how many prompts are too long and the fixes) or ``drop``
-(leave those problems out, and say how many).
+(leave those problems out, and say how many). A question of far more characters than a prompt may hold tokens
+(:func:`prompt_length`) is counted too long without being tokenized, so a huge row costs no memory here.
 """
 
 from __future__ import annotations
@@ -46,6 +47,19 @@ class PromptRoom:
         return None if self.context is None else self.context - self.max_new_tokens - int(self.seeded)
 
 
+SPARE = 4
+"""How many times the characters a prompt of the limit could hold (:attr:`PromptFormatter.most_chars_per_token`) a
+question must have to be counted too long untokenized: room for a tokenizer that drops or merges characters."""
+
+
+def prompt_length(formatter: PromptFormatter, question: str, limit: int) -> int | None:
+    """Tokens of the prompt for ``question``, or None, without tokenizing, for a question whose characters are more than
+    :data:`SPARE` times what a prompt of ``limit`` tokens could hold: past ``limit`` whatever the tokenizer."""
+    if len(question) > SPARE * (limit + 1) * formatter.most_chars_per_token:
+        return None
+    return len(formatter.prompt_ids(question))
+
+
 def needed_context(problems: Sequence[Problem], formatter: PromptFormatter, max_new_tokens: int, seeded: bool) -> int | None:
     """Tokens per request that leave every prompt of ``problems`` room for its response: the inverse of
     :attr:`PromptRoom.longest_prompt` (the longest prompt + ``max_new_tokens``, + 1 when ``seeded``); None without problems."""
@@ -69,15 +83,17 @@ def fitting(problems: Sequence[Problem], formatter: PromptFormatter, room: Promp
     limit = room.longest_prompt
     if limit is None or not problems:
         return list(problems)
-    lengths = [len(formatter.prompt_ids(p.question)) for p in problems]
-    kept = [p for p, n in zip(problems, lengths) if n <= limit]
+    lengths = [prompt_length(formatter, p.question, max(limit, 0)) for p in problems]
+    kept = [p for p, n in zip(problems, lengths) if n is not None and n <= limit]
     if len(kept) == len(problems):
         return kept
     too_long = len(problems) - len(kept)
+    untokenized = [len(p.question) for p, n in zip(problems, lengths) if n is None]
+    longest = f"{max(untokenized)} characters" if untokenized else str(max(n for n in lengths if n is not None))
     where = (
         f"{too_long} of {len(problems)} {what} prompts are longer than the {max(limit, 0)} tokens left to a prompt "
         f"(the engine serves {room.context} tokens per request, engine.max_new_tokens={room.max_new_tokens} of them for the "
-        f"response{' and one for the token after a seed that takes all of it' if room.seeded else ''}; the longest prompt has {max(lengths)})"
+        f"response{' and one for the token after a seed that takes all of it' if room.seeded else ''}; the longest prompt has {longest})"
     )
     fixes = "lower engine.max_new_tokens, or give the engine a longer context (engine.max_model_len with vllm, up to the model's)"
     if not kept:

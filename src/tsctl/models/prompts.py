@@ -10,6 +10,7 @@ token (``<|im_end|>`` for Qwen). Every engine stops on exactly this set.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -82,6 +83,13 @@ class PromptFormatter:
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
         return bos + self.tokenizer.encode(question + "\n", add_special_tokens=False)
+
+    @cached_property
+    def most_chars_per_token(self) -> int:
+        """The longest entry of the vocabulary, in characters: the most text one token stands for (a byte-level entry's
+        symbols are bytes, at least one per character), so that a text is at least ``len(text) / most_chars_per_token``
+        tokens, known without tokenizing it."""
+        return max((len(token) for token in self.tokenizer.get_vocab()), default=1)
 
     def response_ids(self, text: str) -> list[int]:
         """Token ids of a response text followed by EOS (the warm-up target)."""

@@ -17,6 +17,7 @@ from transformers import PreTrainedModel
 from tsctl.config.errors import ConfigError
 from tsctl.config.schema import WarmupConfig
 from tsctl.io.progress import make_progress
+from tsctl.models.prompt_fit import SPARE
 from tsctl.models.prompts import PromptFormatter
 from tsctl.tasks.base import Problem
 
@@ -30,10 +31,11 @@ class Example:
 
 
 def encode_examples(problems: list[Problem], formatter: PromptFormatter, max_len: int) -> list[Example]:
-    """Examples for every problem with a worked solution that fits in ``max_len`` tokens."""
+    """Examples for every problem with a worked solution that fits in ``max_len`` tokens (one of far more characters
+    than that could hold is left out untokenized: :func:`~tsctl.models.prompt_fit.prompt_length`)."""
     examples = []
     for p in problems:
-        if p.solution is None:
+        if p.solution is None or len(p.question) + len(p.solution) > SPARE * (max_len + 1) * formatter.most_chars_per_token:
             continue
         prompt = formatter.prompt_ids(p.question)
         ids = prompt + formatter.response_ids(p.solution)

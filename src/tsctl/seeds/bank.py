@@ -7,8 +7,9 @@ into ``seeds/step-<w>.parquet``, so only one model is ever in memory. Rows are o
 selector (``seeds.selector``) may give a prompt's seeds to an older snapshot of the behaviour pool,
 ``seeds.source`` to another model or a trace file (:mod:`tsctl.seeds.behaviour`).
 
-Recovery: a shard that is missing, truncated, corrupted or without its ``.sha256`` (a process
-killed between the two writes) is written again from the weights that wrote it, with the same
+Recovery: a shard that is missing, truncated, corrupted, without its ``.sha256`` (a process
+killed between the two writes) or whose rows do not fit the run (:mod:`tsctl.io.shard_contents`: token ids,
+lengths, cuts, log-probs, seeds per prompt) is written again from the weights that wrote it, with the same
 sampling seed, so the seeds are the same as the lost ones: the current weights when the window
 opens now, else checkpoint ``step-<w>`` (the base model for ``w = 0``). ``tsctl train`` writes a
 checkpoint at every window's first step and keeps it from ``trainer.keep_checkpoints``'s pruning
@@ -33,13 +34,15 @@ from tsctl.engines.base import Engine
 from tsctl.io.adapters import has_adapter
 from tsctl.io.checkpoints import checkpoint_path, list_checkpoints, rng_state, set_rng_state
 from tsctl.io.progress import console
-from tsctl.io.shards import ShardError, checksum_path, read_shard, write_shard
+from tsctl.io.shard_contents import RowLimits, read_checked
+from tsctl.io.shards import ShardError, checksum_path, write_shard
 from tsctl.models.loading import load_model
 from tsctl.models.lora import swapped_adapter
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.seeds.base import Seed, seeded_count, seeds_from_table, window
 from tsctl.seeds.behaviour import WindowWriter
+from tsctl.seeds.shard_limits import row_limits
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.schedule import step_prompts
 
@@ -84,15 +87,21 @@ class SeedBank:
         first = self.window(next_step)[0]
         return {first} if first > 0 else set()
 
-    def check_resume(self, step: int) -> None:
-        """Before a resume at ``step`` touches anything: raise ShardError if its window's shard is unusable and cannot be written again."""
+    def check_resume(self, step: int, model: PreTrainedModel, engine: Engine) -> None:
+        """Before a resume at ``step`` touches anything: raise ShardError if its window's shard is unusable (for ``model``
+        and ``engine``) and cannot be written again."""
         first, last = self.window(step)
         if step == first or first == 0 or any(s == first for s, _ in list_checkpoints(self.checkpoints)):
             return
         try:
-            read_shard(self.path(first), "seed")
-        except ShardError:
-            raise ShardError(self._lost(self.path(first), first, last)) from None
+            read_checked(self.path(first), "seed", self.limits(first, last, model, engine))
+        except ShardError as damage:
+            raise ShardError(self._lost(self.path(first), first, last, damage)) from None
+
+    def limits(self, first: int, last: int, model: PreTrainedModel, engine: Engine) -> RowLimits:
+        """What the rows of window ``first..last-1``'s shard must fit: ``model``'s vocabulary, ``engine``'s context,
+        ``k`` seeds for each of the window's prompts."""
+        return row_limits(model, engine, self.k, (last - first) * self.cfg.trainer.batch_size)
 
     def prepare(self, step: int, model: PreTrainedModel, engine: Engine) -> None:
         """Make the seeds of ``step`` available: read its window's shard, or write it (again) from the weights that own it."""
@@ -103,11 +112,12 @@ class SeedBank:
         if first == self.start:
             return
         path = self.path(first)
+        limits = self.limits(first, last, model, engine)
         try:
-            table = read_shard(path, "seed").table.to_pydict()
+            table = read_checked(path, "seed", limits).table.to_pydict()
         except ShardError as damage:
             self._rewrite(step, first, last, model, engine, damage)
-            table = read_shard(path, "seed").table.to_pydict()
+            table = read_checked(path, "seed", limits).table.to_pydict()
         self.rows = seeds_from_table(table)
         self.ids = table["prompt_id"]
         self.start = first
@@ -116,14 +126,14 @@ class SeedBank:
         """Write the shard of window ``first`` (missing or damaged) from its behaviour weights."""
         path = self.path(first)
         if path.exists() or checksum_path(path).exists():
-            why = str(damage).removeprefix(f"{path}: ").split("; ")[0]  # the problem, without read_shard's fix for `tsctl seed`
+            why = _problem(path, damage)
             console.print(f"[yellow]note:[/yellow] seed shard {path}: {escape(why)}; writing the seeds of steps {first}..{last - 1} again", highlight=False, soft_wrap=True)
         if step == first:
             self._write(first, last, model, engine)
             return
         source = self.base if first == 0 else checkpoint_path(self.checkpoints, first)
         if first > 0 and not any(s == first for s, _ in list_checkpoints(self.checkpoints)):
-            raise ShardError(self._lost(path, first, last))
+            raise ShardError(self._lost(path, first, last, damage))
         with _weights_of(str(source), model, engine, self.cfg):
             self._write(first, last, model, engine)
 
@@ -156,8 +166,8 @@ class SeedBank:
             write_shard(self.path(first), "seed", columns, {"first_step": str(first), "last_step": str(last)}, overwrite=True)
         barrier()
 
-    def _lost(self, path: Path, first: int, last: int) -> str:
-        """The error when window ``first``'s shard is unusable and checkpoint ``step-<first>`` is gone: what to do."""
+    def _lost(self, path: Path, first: int, last: int, damage: ShardError | None = None) -> str:
+        """The error when window ``first``'s shard is unusable (``damage``: why) and checkpoint ``step-<first>`` is gone: what to do."""
         found = [s for s, _ in list_checkpoints(self.checkpoints)]
         older = [s for s in found if s < first]
         if older:
@@ -165,8 +175,9 @@ class SeedBank:
             fix = f"to redo the run from step {older[-1]}, delete checkpoints {newer} in {self.checkpoints} and resume again"
         else:
             fix = f"start the run anew: delete {self.folder.parent} or pass another name=..."
+        why = f" ({_problem(path, damage)})" if damage is not None and path.exists() else ""
         return (
-            f"{path}: the seed shard of steps {first}..{last - 1} is missing or damaged and checkpoint step-{first}, "
+            f"{path}: the seed shard of steps {first}..{last - 1} is missing or damaged{why} and checkpoint step-{first}, "
             f"the behaviour policy that wrote it, is gone, so it cannot be written again; {fix}"
         )
 
@@ -184,6 +195,11 @@ class SeedBank:
     def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
         """Attribution metrics of step ``step``'s seeded samples (``seeds/by_*``); the bandit learns from them."""
         return self.writer.observe(step, samples, advantages)
+
+
+def _problem(path: Path, damage: ShardError) -> str:
+    """What ``damage`` found wrong with the shard ``path``, without the file's name and the reader's fix for `tsctl seed`."""
+    return str(damage).removeprefix(f"{path}: ").split("; ")[0]
 
 
 @contextlib.contextmanager

@@ -60,7 +60,7 @@ def _write_seeds(composed: Composed, out: Path, k: int) -> Path:
         checkpoint=target.path, checkpoint_step=target.step or 0,
         sample_seed=step_seed(cfg.seed, sh.data_step, Stream.SEED_SAMPLING), serve_steps=[s for s in steps for _ in range(bs)],
     )
-    write_shard(out, "seed", columns, {"seeds_per_prompt": str(k), "first_step": str(sh.data_step)}, overwrite=sh.overwrite)
+    write_shard(out, "seed", columns, {"seeds_per_prompt": str(k), "ratio": f"{cfg.ratio:g}", "trainer_n": str(cfg.trainer.n), "first_step": str(sh.data_step)}, overwrite=sh.overwrite)
     mean_cut = sum(columns["cut"]) / len(columns["cut"])
     console.print(f"wrote {len(indices)} prompts x {k} seeds to {out} (mean prefix {mean_cut:.1f} tokens)")
     return out

@@ -44,43 +44,37 @@ and the update equals one process's on that batch (:mod:`tsctl.trainer.parallel`
 the run's files, checkpoints are torch.distributed.checkpoint shards plus the HF export
 (:mod:`tsctl.io.sharded_checkpoints`). Without ``torchrun`` nothing of this exists.
 
-Where each part lives: :func:`train` holds the run folder, its lock, the metric sinks and the
-signals, and runs the step loop with held-out evaluation and checkpoints; the trainer
-(:mod:`tsctl.trainer.step`) sets the run's :class:`~tsctl.trainer.context.StepContext` up (model,
-engine, data, optimiser, seed bank) and takes each step, steps 1-6 above.
+Where each part lives: :func:`train` runs the step loop with held-out evaluation and checkpoints inside the run's
+:class:`~tsctl.trainer.run_session.RunSession` (the run folder, its lock, the resume plan, the manifest, the metric
+sink and the signals); the trainer (:mod:`tsctl.trainer.step`) sets the run's
+:class:`~tsctl.trainer.context.StepContext` up (sampler, learner, seed bank) and takes each step, steps
+1-6 above.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING
 
 import torch
 
 from tsctl.distributed import world as ranks
-from tsctl.engines.factory import unread_keys
 from tsctl.evaluation.scoring import heldout_metrics
 from tsctl.io import faults, rounding
 from tsctl.io.progress import console, make_progress
-from tsctl.io.resume_plan import plan_resume
-from tsctl.io.runs import RunDir, locate_run, open_run
-from tsctl.io.sinks import MetricsSink, check_logger
-from tsctl.io.world_segments import with_segment, world_change
-from tsctl.models.builtin import base_model_entry
+from tsctl.io.runs import RunDir
 from tsctl.models.loading import resolve_device
 from tsctl.models.precision import require_fp32_master
-from tsctl.seeds.base import seeded_count
 from tsctl.stages.warmup import base_model_path
-from tsctl.trainer.checkpointing import checkpoint, resume
+from tsctl.trainer.checkpointing import checkpoint
+from tsctl.trainer.data_checks import check_data, train_scored
 from tsctl.trainer.no_answer import NoAnswerWatch
-from tsctl.trainer.nonfinite import NonFiniteError
+from tsctl.trainer.run_session import RunSession, rank_0_first
 from tsctl.trainer.step import run_step, setup
-from tsctl.trainer.stop_signals import Interrupted, StartSignals, StopSignals
+from tsctl.trainer.stop_signals import Interrupted
 
 if TYPE_CHECKING:
     from tsctl.config.compose import Composed
-
-T = TypeVar("T")
+    from tsctl.config.schema import TsctlConfig
 
 
 def train(composed: Composed) -> RunDir:
@@ -109,65 +103,23 @@ def train(composed: Composed) -> RunDir:
 
 def _train(composed: Composed, world: ranks.World) -> RunDir:
     cfg, tr = composed.cfg, composed.cfg.trainer
-    unread = tuple(unread_keys(cfg.engine.name))  # another engine's settings: a resume may find them changed
-    located = locate_run(cfg, composed.node, "train", unread)
-
-    def claim() -> RunDir:
-        return open_run(cfg, composed.node, "train", unread) if world.main else located
-
-    check_logger(cfg.logger)  # what would stop wandb, before any run folder
-    run: RunDir | None = None
-    sink: MetricsSink | None = None
-    try:
-        with StartSignals():  # a signal ends the start as an error does: below, a new run leaves no folder
-            # A resume holds the run's lock before it reads where to start: another process may be training it.
-            run = _rank_0_first(claim) if cfg.resume else None
-            plan = plan_resume(located.path, tr.eval_every > 0)
-            faults.hit("resume-planned")
-            device = resolve_device(cfg.model.device)
-            recorded = located.manifest().get("arithmetic") if cfg.resume else None
-            rounding.resume_as_started(recorded, device)  # even from step 0: the killed start's seed shard is reused
-            base = _rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
-            ctx, tokenizer = setup(cfg, str(plan.start[1] if plan.start else base), base, located, world)
-            if ctx.seeds is not None and plan.start:
-                ctx.seeds.check_resume(plan.start[0])
-            if run is None:  # a new run's folder is made once its model and data have loaded
-                run = _rank_0_first(claim)
-                faults.hit("run-folder-made")
-            start = 0
-            if plan.start:
-                start = plan.start[0]
-                resume(ctx, plan.start[1])
-            else:
-                torch.manual_seed(cfg.seed)
-            if world.main:
-                kept = plan.apply()  # the step logs as the resume leaves them; damaged lines set aside
-                if cfg.resume:
-                    console.print(f"resume: {kept}", highlight=False, soft_wrap=True)
-                started = {} if recorded else {"arithmetic": rounding.current(device)}  # a resumed run keeps what it started with
-                before = run.manifest() if cfg.resume else {}
-                if (note := world_change(before, start, world.size)) is not None:
-                    console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-                sink = MetricsSink(run, cfg.logger, composed.node)
-                run.mark_running(started_step=start, base_model=base_model_entry(cfg, base), **started, seeded=seeded_count(cfg),
-                                 **with_segment(before, start, world.size))
-    except BaseException:
-        if sink is not None:
-            sink.close()
-        if run is not None:  # this start trained nothing: a resumed run's manifest stays as it was, a new run's folder goes
-            run.close(discard=not cfg.resume)
-        raise
-    if ctx.seeds is not None and cfg.algo.dynamic_sampling:
-        console.print(
-            "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
-            f"ratio={cfg.ratio:g}% of the kept samples are seeded (the metrics' tokens_by_source show how many)",
-            highlight=False,
-        )
-    ctx.rollouts_dir = run.path / "rollouts" if tr.save_rollouts else None
-    try:
-        with make_progress() as progress, StopSignals(tr.steps, tr.checkpoint_on_signal) as signals:
+    with RunSession(composed, world) as session:  # the run's lock, resume plan, manifest, metric sink and signals
+        check_data(cfg, train_scored(cfg))  # a data refusal before any model is built or warmed up
+        plan, base = session.plan, rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
+        ctx = setup(cfg, str(plan.start[1] if plan.start else base), base, session.run, world)
+        if ctx.seeds is not None and plan.start:
+            ctx.seeds.check_resume(plan.start[0], ctx.learner.parallel.inference, ctx.sampler.engine)
+        session.make_folder()  # a new run's folder is made once its model and data have loaded
+        if plan.start:
+            ctx.learner.load(plan.start[1])
+        else:
+            torch.manual_seed(cfg.seed)
+        signals, start = session.begin(base), session.start
+        _notes(ctx.seeds is not None, cfg)
+        ctx.rollouts_dir = session.run.path / "rollouts" if tr.save_rollouts else None
+        with make_progress() as progress:
             if start == 0 and tr.eval_every:
-                _log(sink, {"step": 0, **heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, 0)})
+                session.log({"step": 0, **heldout_metrics(ctx.sampler.engine, ctx.sampler.formatter, ctx.sampler.task, cfg, 0)})
                 signals.check(0, 0, lambda: None)  # a signal during the step-0 evaluation: nothing to save yet
             bar = progress.add_task("train", total=tr.steps, completed=start, status="")
             saved = start
@@ -178,50 +130,26 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
                     console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
                 done = step + 1
                 if tr.eval_every and (done % tr.eval_every == 0 or done == tr.steps):
-                    record.update(heldout_metrics(ctx.engine, ctx.formatter, ctx.task, cfg, done))
-                if _log(sink, record):
+                    record.update(heldout_metrics(ctx.sampler.engine, ctx.sampler.formatter, ctx.sampler.task, cfg, done))
+                if session.log(record):
                     faults.hit("step-logged")
                 # A window's first step is checkpointed too: its seeds can be written again from it.
                 if done % tr.save_every == 0 or done == tr.steps or (ctx.seeds is not None and ctx.seeds.opens_window(done)):
-                    checkpoint(ctx, tokenizer, run.checkpoints, done)
+                    checkpoint(ctx, session.run.checkpoints, done)
                     saved = done
                 progress.update(bar, advance=1, status=_status(record))
-                signals.check(done, saved, lambda: checkpoint(ctx, tokenizer, run.checkpoints, done))
-    except BaseException as err:
-        details = err.manifest_fields() if isinstance(err, NonFiniteError) else {}
-        if world.main:
-            with contextlib.suppress(OSError):  # a full disk may refuse the manifest too
-                if isinstance(err, Interrupted):
-                    run.set_status("interrupted", **err.manifest_fields())
-                else:
-                    run.set_status("failed", error=f"{type(err).__name__}: {err}", **details)
-        run.close()
-        raise
-    finally:
-        if sink is not None:
-            sink.close()
-    if world.main:
-        run.set_status("completed", finished_step=tr.steps)
-    run.close()
-    return run
+                signals.check(done, saved, lambda: checkpoint(ctx, session.run.checkpoints, done))
+    return session.run
 
 
-def _rank_0_first(action: Callable[[], T]) -> T:
-    """``action()`` on rank 0, then on the other ranks (one process: just ``action()``)."""
-    if ranks.current().main:
-        out = action()
-        ranks.barrier()
-        return out
-    ranks.barrier()
-    return action()
-
-
-def _log(sink: MetricsSink | None, record: dict) -> bool:
-    """Log ``record`` where this rank has a sink (rank 0); whether it did."""
-    if sink is None:
-        return False
-    sink.log(record)
-    return True
+def _notes(seeded: bool, cfg: TsctlConfig) -> None:
+    """The run's start notes: with seeds (``seeded``), that dynamic sampling's refill prompts get none."""
+    if seeded and cfg.algo.dynamic_sampling:
+        console.print(
+            "[yellow]note:[/yellow] dynamic sampling's refill prompts get no seeds, so fewer than "
+            f"ratio={cfg.ratio:g}% of the kept samples are seeded (the metrics' tokens_by_source show how many)",
+            highlight=False,
+        )
 
 
 def _status(record: dict) -> str:

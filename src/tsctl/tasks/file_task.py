@@ -14,17 +14,19 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
 
 from tsctl.config.errors import ConfigError
-from tsctl.config.ranges import in_range, one_of
+from tsctl.config.ranges import in_range, one_of, positive
 from tsctl.config.schema import TaskConfig
 from tsctl.tasks.base import Problem, Split
+from tsctl.tasks.digests import data_digest
 from tsctl.tasks.grading import GRADERS, answer_instruction, ensure_answer_line, response_reward
 from tsctl.tasks.hf_datasets import is_hub_id, parse_hub_id, read_data
 from tsctl.tasks.records import ANSWER_RULES, BAD_ROW_POLICIES, DataError, Record
 from tsctl.tasks.registry import TASKS
+from tsctl.tasks.row_size import RowLimit
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,8 @@ class FileTask:
 
         Raises:
             ConfigError: settings :func:`check_config` refuses.
-            DataError: a missing file, a malformed row, a missing field, or a dataset that cannot be loaded.
+            DataError: a missing file, a malformed row, a row past ``max_row_bytes``, a missing field, or a dataset that
+                cannot be loaded.
         """
         check_config(cfg)
         self.cfg = cfg
@@ -86,6 +89,7 @@ class FileTask:
             fix=lambda key: f"set task.file.{key}_field=<the field that holds the {key}>",
             skip_key="task.file.on_bad_row",
             path_key=f"task.file.{key}",
+            row_limit=RowLimit(cfg.max_row_bytes, "task.file.max_row_bytes"),
         )
         if skipped:
             logger.warning("%s: skipped %d malformed rows (on_bad_row=skip)", path, skipped)
@@ -149,6 +153,10 @@ class FileTaskSettings:
     ``after_hashes`` (after the last ``####``) or ``list_first`` (first item of a list like ``['2']``)."""
     on_bad_row: str = "error"
     """A malformed row: ``error`` (stop, naming file, line and field) or ``skip`` (count and report)."""
+    max_row_bytes: int = 1048576
+    """The most bytes a row may hold (a JSONL line; a Parquet or dataset row's text columns): a larger row is a
+    malformed one, found by its size as the file is read, before it is decoded or tokenized, so that one huge row is
+    refused in seconds and in little memory (:mod:`tsctl.tasks.row_size`)."""
     grader: str = "math_verify"
     """How answers are compared: ``exact``, ``numeric`` or ``math_verify``."""
     answer_pattern: str = "Answer:"
@@ -174,8 +182,20 @@ def check_config(cfg: FileTaskSettings) -> None:
     one_of("task.file.answer_rule", cfg.answer_rule, ANSWER_RULES)
     in_range("task.file.heldout_fraction", cfg.heldout_fraction, 0.0, 0.9)
     one_of("task.file.on_bad_row", cfg.on_bad_row, BAD_ROW_POLICIES)
+    positive("task.file.max_row_bytes", cfg.max_row_bytes)
 
 
-@TASKS.register("file", settings=FileTaskSettings, check=lambda cfg, settings: check_config(settings), instruction="task.file.instruction")
+def content(cfg: TaskConfig, settings: FileTaskSettings) -> dict[str, Any]:
+    """What a file task's problems are made of: the digests of its data (:func:`~tsctl.tasks.digests.data_digest`) and
+    the settings that shape its rows; neither the paths themselves nor, where a held-out file is given, the held-out
+    fraction and the data seed, which it does not read."""
+    shaping = {key: value for key, value in asdict(settings).items() if key not in ("train_path", "heldout_path", "heldout_fraction")}
+    heldout = ({"heldout": data_digest(settings.heldout_path, "task.file.heldout_path")} if settings.heldout_path
+               else {"heldout_fraction": settings.heldout_fraction, "data_seed": cfg.data_seed})
+    return {"name": "file", "train": data_digest(str(settings.train_path), "task.file.train_path"), **heldout, **shaping}
+
+
+@TASKS.register("file", settings=FileTaskSettings, check=lambda cfg, settings: check_config(settings), instruction="task.file.instruction",
+                content=content, data_files=True)
 def _build(cfg: TaskConfig, settings: FileTaskSettings) -> FileTask:
     return FileTask(settings, cfg.data_seed, on_bad_row=settings.on_bad_row)

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from tsctl.tasks.records import DataError, Record, map_rows, read_records
+from tsctl.tasks.row_size import BATCH_ROWS, RowLimit, TooLarge, table_rows
 
 HUB_PREFIX = "hub:"
 """What starts a hub dataset id in a data path; a local path never needs to start so (write ``./hub:...``)."""
@@ -74,7 +75,7 @@ def read_data(path: str, fields: Mapping[str, str | None], on_bad_row: str, *, p
     """The mapped rows of a data path: a hub dataset, a ``save_to_disk`` folder, else a JSONL or Parquet file.
 
     ``path_key`` is the setting that names ``path``; ``fields``, ``on_bad_row`` and ``options`` (``answer_rule``,
-    ``optional``, ``fix``, ``skip_key``) are those of :func:`~tsctl.tasks.records.read_records`.
+    ``optional``, ``fix``, ``skip_key``, ``row_limit``) are those of :func:`~tsctl.tasks.records.read_records`.
 
     Returns:
         ``(records, skipped)``, as :func:`~tsctl.tasks.records.read_records`.
@@ -86,9 +87,9 @@ def read_data(path: str, fields: Mapping[str, str | None], on_bad_row: str, *, p
     """
     folder = Path(path)
     if is_hub_id(path):
-        rows = _dataset_rows(_load_hub(parse_hub_id(path), path_key))
+        rows = _dataset_rows(_load_hub(parse_hub_id(path), path_key), options.get("row_limit"))
     elif folder.is_dir() and is_saved_dataset(folder):
-        rows = _dataset_rows(_load_split(folder, path_key))
+        rows = _dataset_rows(_load_split(folder, path_key), options.get("row_limit"))
     elif folder.is_dir():
         raise DataError(f"{folder} is a folder, not a data file; point {path_key} at a JSONL or Parquet file, or at a folder "
                         f"written by datasets' save_to_disk (one with {' and '.join(_ONE_SPLIT_FILES)})")
@@ -96,6 +97,7 @@ def read_data(path: str, fields: Mapping[str, str | None], on_bad_row: str, *, p
         raise _split_error(folder.parent, path_key, f"has no split {folder.name!r}")
     else:
         return read_records(folder, fields, on_bad_row, path_key=path_key, **options)
+    options.pop("row_limit", None)
     return map_rows(rows, f"{path} row", fields, on_bad_row, field_word="column", **options)
 
 
@@ -154,9 +156,11 @@ def _load_from_disk(datasets: ModuleType, folder: Path) -> Any:
         raise DataError(f"cannot read the saved dataset {folder}: {_first_line(error)}; save it again with save_to_disk") from None
 
 
-def _dataset_rows(dataset: Any) -> Iterator[tuple[int, dict]]:
-    """``(row number, row)`` of a ``datasets.Dataset``, numbered from 1."""
-    return enumerate(dataset.to_list(), start=1)
+def _dataset_rows(dataset: Any, row_limit: RowLimit | None) -> Iterator[tuple[int, dict | DataError]]:
+    """``(row number, row)`` of a ``datasets.Dataset``, numbered from 1, a batch of Arrow rows at a time; a
+    :class:`~tsctl.tasks.records.DataError` in place of a row past ``row_limit``."""
+    for number, row in table_rows(dataset.with_format("arrow").iter(batch_size=BATCH_ROWS), row_limit):
+        yield number, DataError(row.words()) if isinstance(row, TooLarge) else row
 
 
 def _datasets_module(what: str) -> ModuleType:

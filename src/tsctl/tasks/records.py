@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tsctl.tasks.grading import after_last, last_boxed
+from tsctl.tasks.row_size import BATCH_ROWS, RowLimit, TooLarge, jsonl_lines, table_rows
 
 ANSWER_RULES = ("field", "boxed", "after_hashes", "list_first")
 """How the gold answer is read from the answer field: as is, the last ``\\boxed{}`` of it (a worked
@@ -59,6 +60,7 @@ def read_records(
     skip_key: str | None = "on_bad_row",
     path_key: str | None = None,
     first_of: Collection[str] = (),
+    row_limit: RowLimit | None = None,
 ) -> tuple[list[Record], int]:
     """Read and map every row of a JSONL or Parquet file.
 
@@ -78,13 +80,15 @@ def read_records(
             ``task.file.train_path``).
         first_of: output keys (not ``answer``) whose value may be a non-empty list of texts, read as its first item
             (a benchmark that stores several reference solutions); every other text field must be text.
+        row_limit: the most bytes a row may hold (None: any); a larger row is a bad row, found before it is decoded
+            (:mod:`tsctl.tasks.row_size`).
 
     Returns:
         ``(records, skipped)``: the good rows in file order and the number of bad rows skipped.
 
     Raises:
         DataError: a missing or unreadable file, an unknown format, or (with ``on_bad_row=error``)
-            a malformed line, a missing field, or an answer the rule cannot find.
+            a malformed line, a row past ``row_limit``, a missing field, or an answer the rule cannot find.
     """
     path = Path(path)
     if path.is_dir():
@@ -92,7 +96,7 @@ def read_records(
     if not path.is_file():
         raise DataError(f"data file not found: {path} (resolved to {path.resolve()})")
     kind = _format_of(path, file_format)
-    rows = _jsonl_rows(path, skip_key, path_key) if kind == "jsonl" else _parquet_rows(path)
+    rows = _jsonl_rows(path, skip_key, path_key, row_limit) if kind == "jsonl" else _parquet_rows(path, row_limit)
     unit = "line" if kind == "jsonl" else "row"
     return map_rows(rows, f"{path} {unit}", fields, on_bad_row, answer_rule=answer_rule, optional=optional, fix=fix, skip_key=skip_key,
                     field_word="column" if kind == "parquet" else "field", first_of=first_of)
@@ -242,15 +246,19 @@ def _format_of(path: Path, file_format: str) -> str:
     return kind
 
 
-def _jsonl_rows(path: Path, skip_key: str | None, path_key: str | None) -> Iterator[tuple[int, Any]]:
-    """``(line, object)`` for each non-blank line; a :class:`DataError` in place of malformed JSON.
+def _jsonl_rows(path: Path, skip_key: str | None, path_key: str | None, row_limit: RowLimit | None) -> Iterator[tuple[int, Any]]:
+    """``(line, object)`` for each non-blank line; a :class:`DataError` in place of malformed JSON or of a line past
+    ``row_limit``.
 
     A line that is not UTF-8 stops the reading whatever ``on_bad_row`` says: it means the whole file
     has another encoding, and skipping would silently drop every row with a non-ASCII character
     (:func:`_not_utf8` says how to convert it; ``skip_key`` and ``path_key`` as in :func:`read_records`).
     """
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in jsonl_lines(handle, row_limit):
+            if isinstance(raw, TooLarge):
+                yield number, DataError(raw.words())
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -288,14 +296,16 @@ def _decodes(data: bytes, encoding: str) -> bool:
     return True
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+def _parquet_rows(path: Path, row_limit: RowLimit | None) -> Iterator[tuple[int, Any]]:
+    """``(row, object)`` for each row, a record batch at a time; a :class:`DataError` in place of a row past ``row_limit``."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        batches = pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS)
+        for number, row in table_rows(batches, row_limit):
+            yield number, DataError(row.words()) if isinstance(row, TooLarge) else row
     except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a bad file
         raise DataError(f"cannot read Parquet file {path}: {error}") from error
-    yield from enumerate(table.to_pylist(), start=1)
 
 
 def _as_list(value: Any) -> list:

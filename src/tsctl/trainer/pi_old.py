@@ -12,29 +12,30 @@
   (:func:`tsctl.engines.own_logprobs.uses_engine_logprobs` decides).
 
 Either way prefix tokens take their ratio against the stored pi_b log-probs; :func:`step_pi_old` returns
-each token's denominator with pi_old (:mod:`tsctl.trainer.denominators`). Seed shards take pi_b's
+each token's denominator with pi_old (:mod:`tsctl.trainer.denominators`), and
+:meth:`tsctl.trainer.learner.Learner.score` writes them as columns of the batch. Seed shards take pi_b's
 log-probs from the same source.
 
 A recomputed pi_old is never trusted silently against the engine's: :func:`logprob_gap` measures, per
-step, how far the engine's log-probs of the tokens it generated are from the trainer's (the step
-metrics ``logprob_gap/*``). A gap well above bf16 rounding means the engine samples from another
-distribution than the one the update assumes (different weights, a nucleus, a numerics bug).
-``algo.rollout_correction`` corrects the update for that gap: :class:`PiOld` carries the engine's
-log-probs to it (:mod:`tsctl.algo.rollout_correction`).
+step, how far the engine's log-probs of the tokens it generated (the batch's ``engine_logprobs``, as
+:func:`tsctl.models.batch.collate` packs them) are from the trainer's (the step metrics ``logprob_gap/*``).
+A gap well above bf16 rounding means the engine samples from another distribution than the one the update
+assumes (different weights, a nucleus, a numerics bug). ``algo.rollout_correction`` corrects the update
+for that gap with the same engine log-probs (:mod:`tsctl.algo.rollout_correction`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
-from tsctl.engines.own_logprobs import uses_engine_logprobs
+from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import RolloutBatch
-from tsctl.models.samples import PREFIX, Sample
-from tsctl.trainer.context import StepContext
+from tsctl.models.forward import Forward
+from tsctl.models.samples import PREFIX
 from tsctl.trainer.denominators import ratio_denominators
+from tsctl.trainer.parallel import Parallel
 
 
 @dataclass
@@ -44,9 +45,6 @@ class PiOld:
     Attributes:
         logprobs: [B, T] pi_old's log-probs of the response tokens (0 on prefix tokens when from the engine).
         entropy: [B, T] pi_old's entropy at every response token.
-        engine_logprobs: [B, T] the engine's log-probs of the tokens it generated, 0 on prefix tokens and
-            padding (:func:`engine_logprobs`; ``logprobs`` itself when both came from the engine): what the rollout
-            correction (``algo.rollout_correction``) weighs pi_old against.
         denominators: [B, T] what each ratio is taken against: pi_b on prefix tokens, pi_old elsewhere,
             unknown pi_b resolved (:func:`tsctl.trainer.denominators.ratio_denominators`).
         gap: the ``logprob_gap/*`` metrics of a recompute against the engine's log-probs (empty from the engine).
@@ -54,53 +52,31 @@ class PiOld:
 
     logprobs: torch.Tensor
     entropy: torch.Tensor
-    engine_logprobs: torch.Tensor
     denominators: torch.Tensor
     gap: dict[str, float] = field(default_factory=dict)
 
 
-def step_pi_old(ctx: StepContext, samples: Sequence[Sample], batch: RolloutBatch) -> PiOld:
-    """pi_old of ``batch`` (packed from ``samples``) in the run ``ctx``, from the source ``trainer.old_logprobs`` picks,
-    with the ratio denominators it gives. A recompute runs the run's forward over the ranks' rows
-    (:meth:`tsctl.trainer.parallel.Parallel.map_rows`)."""
-    cfg, model = ctx.cfg, ctx.parallel.inference
-    if uses_engine_logprobs(cfg, ctx.engine, model):
-        logprobs, entropy = engine_stats(samples, batch)
-        denominators = ratio_denominators(logprobs, batch, cfg, lambda rows: ctx.forward.recompute(model, rows, entropy=False)[0])
-        return PiOld(logprobs, entropy, engine_logprobs=logprobs, denominators=denominators)
-    sampled = engine_logprobs(samples, batch)
-    logprobs, entropy = ctx.parallel.map_rows(lambda rows: ctx.forward.recompute(model, rows), batch)
-    denominators = ratio_denominators(logprobs, batch, cfg)
-    return PiOld(logprobs, entropy, engine_logprobs=sampled, denominators=denominators, gap=logprob_gap(sampled, logprobs, batch))
-
-
-def engine_stats(samples: Sequence[Sample], batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """pi_old log-probs [B, T] and entropies [B, T] of ``batch`` (packed from ``samples``) as the engine reported them.
-
-    Prefix positions get log-prob 0: their ratio is taken against pi_b. Both live on the batch's device.
-    """
-    entropy = torch.zeros(batch.resp_mask.shape, dtype=torch.float32)
-    for row, s in enumerate(samples):
-        if len(s.entropies) != len(s.response_ids):
+def step_pi_old(cfg: TsctlConfig, batch: RolloutBatch, parallel: Parallel, forward: Forward, from_engine: bool) -> PiOld:
+    """pi_old of ``batch`` with the ratio denominators it gives: the engine's own (``from_engine``, the rule of
+    :func:`tsctl.engines.own_logprobs.uses_engine_logprobs`) or a recompute with ``forward`` on ``parallel``'s
+    no-grad copy over the ranks' rows (:meth:`tsctl.trainer.parallel.Parallel.map_rows`)."""
+    model = parallel.inference
+    if from_engine:
+        if batch.engine_entropy is None:
             raise ValueError("the engine reported no entropies for some samples; set trainer.old_logprobs=recompute")
-        entropy[row, : len(s.entropies)] = torch.tensor(s.entropies, dtype=torch.float32)
-    return engine_logprobs(samples, batch), entropy.to(batch.device)
-
-
-def engine_logprobs(samples: Sequence[Sample], batch: RolloutBatch) -> torch.Tensor:
-    """The engine's log-probs [B, T] of the generated tokens of ``batch`` (packed from ``samples``), 0 on prefix and padding."""
-    logprobs = torch.zeros(batch.resp_mask.shape, dtype=torch.float32)
-    for row, s in enumerate(samples):
-        start = len(s.prefix_ids)
-        logprobs[row, start : start + len(s.generated_logprobs)] = torch.tensor(s.generated_logprobs, dtype=torch.float32)
-    return logprobs.to(batch.device)
+        logprobs = batch.engine_logprobs
+        denominators = ratio_denominators(logprobs, batch, cfg, lambda rows: forward.recompute(model, rows, entropy=False)[0])
+        return PiOld(logprobs, batch.engine_entropy, denominators)
+    logprobs, entropy = parallel.map_rows(lambda rows: forward.recompute(model, rows), batch)
+    denominators = ratio_denominators(logprobs, batch, cfg)
+    return PiOld(logprobs, entropy, denominators, gap=logprob_gap(batch.engine_logprobs, logprobs, batch))
 
 
 def logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, batch: RolloutBatch) -> dict[str, float]:
     """How far the engine's log-probs are from the trainer's, over the generated (non-prefix) tokens.
 
     Args:
-        engine: [B, T] the engine's log-probs of the tokens it sampled (:func:`engine_logprobs`).
+        engine: [B, T] the engine's log-probs of the tokens it sampled (the batch's ``engine_logprobs``).
         trainer: [B, T] the trainer's recomputed pi_old log-probs of the same tokens.
 
     Returns:

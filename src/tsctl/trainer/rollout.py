@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from tsctl.config.rng import Stream, step_seed
@@ -11,13 +11,14 @@ from tsctl.engines.base import Engine, Request, SamplingParams
 from tsctl.models.prompt_fit import FittingTask, PromptRoom
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
+from tsctl.seeds.bank import SeedBank
 from tsctl.seeds.base import Seed, uses_seeds
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.grading import answer_found
 from tsctl.tasks.registry import build_task
 from tsctl.tasks.reward_controls import TrainingReward, training_reward
 from tsctl.tasks.schedule import extra_prompts, step_prompts
-from tsctl.trainer.context import StepContext
+from tsctl.trainer.parallel import Parallel
 
 
 def prompt_room(cfg: TsctlConfig, engine: Engine) -> PromptRoom:
@@ -35,13 +36,15 @@ def servable_task(cfg: TsctlConfig, formatter: PromptFormatter, engine: Engine, 
 
 @dataclass(frozen=True)
 class Sampler:
-    """What samples a group and grades it: the engine, the prompt formatter, the task's verifier, and what a sample is
-    rewarded for (``task.reward`` at the step; the grade by default)."""
+    """What samples a group and grades it: the engine, the prompt formatter, the task's verifier, what a sample is
+    rewarded for (``task.reward`` at the step; the grade by default), and the train split a run's steps draw their
+    prompts from (:func:`sample_groups`; indexed by the prompt schedule, :mod:`tsctl.tasks.schedule`)."""
 
     engine: Engine
     formatter: PromptFormatter
     task: Task
     reward: TrainingReward = TrainingReward()
+    problems: Sequence[Problem] = ()
 
 
 def collect_groups(
@@ -101,9 +104,10 @@ def step_params(cfg: TsctlConfig, step: int, stream: int = Stream.SAMPLING, seed
     return SamplingParams(temperature=e.temperature, top_p=e.top_p, max_new_tokens=e.max_new_tokens, seed=seed(value) if seed else value)
 
 
-def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
-    """The step's groups: ``trainer.batch_size`` prompts of the schedule, ``trainer.n`` samples each, the
-    first :func:`~tsctl.seeds.base.seeded_count` of a group continuing its seeds.
+def sample_groups(step: int, cfg: TsctlConfig, sampler: Sampler, seeds: SeedBank | None, parallel: Parallel) -> list[Sample]:
+    """The step's groups from ``sampler`` (its engine, its task's grades and its train split): ``trainer.batch_size``
+    prompts of the schedule, ``trainer.n`` samples each, the first :func:`~tsctl.seeds.base.seeded_count` of a group
+    continuing its seeds from ``seeds`` (a Thinking Seeds run's bank), over the ranks of ``parallel``.
 
     With ``algo.dynamic_sampling``, groups whose rewards are all equal are dropped and replaced by
     groups of fresh prompts (:func:`~tsctl.tasks.schedule.extra_prompts`, no seeds), for at most
@@ -116,16 +120,15 @@ def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
     numbering refill groups from ``batch_size * (r + 1)`` plus the block's start), and the ranks'
     samples are gathered in rank order (:meth:`~tsctl.trainer.parallel.Parallel.gather_samples`).
     """
-    cfg, seeds, parallel = ctx.cfg, ctx.seeds, ctx.parallel
-    tr = cfg.trainer
-    indices = step_prompts(cfg.seed, step, tr.batch_size, len(ctx.problems))
+    tr, problems = cfg.trainer, sampler.problems
+    indices = step_prompts(cfg.seed, step, tr.batch_size, len(problems))
     group_seeds = seeds.for_step(step, indices) if seeds is not None else None
     block = parallel.world.block(tr.batch_size)
     indices = indices[block.start : block.stop]
     group_seeds = group_seeds[block.start : block.stop] if group_seeds is not None else None
     params = step_params(cfg, step, seed=parallel.sampling_seed)
-    sampler = Sampler(ctx.engine, ctx.formatter, ctx.task, training_reward(cfg.task, cfg.seed, step))
-    samples = collect_groups(sampler, [ctx.problems[i] for i in indices], group_seeds, tr.n, params, first_group=block.start)
+    sampler = replace(sampler, reward=training_reward(cfg.task, cfg.seed, step))
+    samples = collect_groups(sampler, [problems[i] for i in indices], group_seeds, tr.n, params, first_group=block.start)
     if not cfg.algo.dynamic_sampling:
         return parallel.gather_samples(samples)
     kept = _informative(samples)
@@ -133,10 +136,10 @@ def sample_groups(step: int, ctx: StepContext) -> list[Sample]:
         missing = len(block) - len({s.group for s in kept})
         if missing <= 0:
             break
-        extra = extra_prompts(parallel.sampling_seed(cfg.seed), step, round_, missing, len(ctx.problems))
+        extra = extra_prompts(parallel.sampling_seed(cfg.seed), step, round_, missing, len(problems))
         params = step_params(cfg, step, Stream.RESAMPLE + round_, seed=parallel.sampling_seed)
         first = tr.batch_size * (round_ + 1) + block.start
-        refill = collect_groups(sampler, [ctx.problems[i] for i in extra], None, tr.n, params, first_group=first)
+        refill = collect_groups(sampler, [problems[i] for i in extra], None, tr.n, params, first_group=first)
         kept += _informative(refill)
     groups = set(sorted({s.group for s in kept})[: len(block)])
     chosen = [s for s in kept if s.group in groups]

@@ -10,9 +10,11 @@ the whole mini-batch's normaliser, so the split changes neither the loss nor the
 ``trainer.pack`` each micro-batch's forward runs padding-free (:mod:`tsctl.models.packing`); its
 log-probs and entropies come back in the same [B, T] layout, so nothing below changes.
 
-The loss mask is built here, next to its normalisers (:func:`loss_mask`): every response token,
-less the seed-prefix tokens when ``seeds.train_prefix`` is off, the rows cut at the length limit
-when ``algo.overlong=mask``, and the prefix tokens of unknown pi_b when ``seeds.trace_logprobs=exclude``.
+The update reads the columns :meth:`tsctl.trainer.learner.Learner.score` wrote on the batch: the ratio
+denominators, the engine's and the KL reference's log-probs and the loss mask. The loss mask is defined here,
+next to its normalisers (:func:`loss_mask`): every response token, less the seed-prefix tokens when
+``seeds.train_prefix`` is off, the rows cut at the length limit when ``algo.overlong=mask``, and the prefix
+tokens of unknown pi_b when ``seeds.trace_logprobs=exclude``.
 
 The loss of each micro-batch is the run's :class:`~tsctl.algo.objective.Objective` (built once from ``algo``): the
 policy loss ``algo.policy_loss``, the rollout correction's weights, the KL and entropy terms, each aggregated by
@@ -36,25 +38,40 @@ over the ranks, the gradient norm the global one, and the metric sums are all-re
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from tsctl.algo.aggregations import Norms, loss_norms
 from tsctl.algo.losses import METRICS
-from tsctl.algo.objective import Loss, Tokens
+from tsctl.algo.objective import Loss, Objective, Tokens
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.fsdp import full_tensor
 from tsctl.distributed.world import all_reduce
 from tsctl.models.batch import RolloutBatch
+from tsctl.models.compiled import CompiledLayers
+from tsctl.models.forward import Forward
 from tsctl.models.samples import PREFIX
 from tsctl.seeds.base import uses_seeds
-from tsctl.trainer.context import StepContext
 from tsctl.trainer.denominators import unknown_pi_b
 from tsctl.trainer.nonfinite import NonFiniteGuard
-from tsctl.trainer.pi_old import PiOld
+from tsctl.trainer.parallel import Parallel
+
+
+class Trainee(Protocol):
+    """What the update reads and steps of the run's policy side (:class:`tsctl.trainer.learner.Learner`)."""
+
+    cfg: TsctlConfig
+    model: torch.nn.Module
+    parallel: Parallel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    guard: NonFiniteGuard
+    forward: Forward
+    objective: Objective
+    compiled: CompiledLayers | None
 
 
 def loss_mask(batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
@@ -69,120 +86,101 @@ def loss_mask(batch: RolloutBatch, cfg: TsctlConfig) -> torch.Tensor:
     return mask
 
 
-@dataclass
-class _Step:
-    """One update's batch and what its micro-batches slice from it (each ``[B, T]``), with its guard."""
-
-    batch: RolloutBatch
-    mask: torch.Tensor
-    old: torch.Tensor
-    ref: torch.Tensor | None
-    engine: torch.Tensor | None
-    guard: NonFiniteGuard
-    draws: torch.Generator
-    shaped: torch.Tensor | None
-
-    def tokens(self, idx: torch.Tensor, sub: RolloutBatch, logprobs: torch.Tensor, entropy: torch.Tensor | None) -> Tokens:
-        """The objective's inputs of the rows ``idx`` (the micro-batch ``sub``) with their forward's log-probs and entropies."""
-        T = sub.resp_mask.shape[1]
-
-        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t[idx][:, :T]
-
-        return Tokens(logprobs, cut(self.old), sub.advantages, cut(self.mask), sub.source == PREFIX, entropy, cut(self.ref), cut(self.engine), self.draws, cut(self.shaped))
-
-
-def policy_update(ctx: StepContext, batch: RolloutBatch, pi_old: PiOld, ref: torch.Tensor | None, step: int) -> MetricSums:
-    """Run ``trainer.epochs x trainer.mini_batches`` optimiser steps of the run ``ctx`` on ``batch``; return the update's metrics.
+def policy_update(learner: Trainee, batch: RolloutBatch, step: int) -> MetricSums:
+    """Run ``trainer.epochs x trainer.mini_batches`` optimiser steps of ``learner`` on ``batch``; return the update's metrics.
 
     Args:
-        ctx: the run: its model, optimiser and schedule, :class:`~tsctl.algo.objective.Objective`,
+        learner: the run's policy side: its model, optimiser and schedule, :class:`~tsctl.algo.objective.Objective`,
             :class:`~tsctl.models.forward.Forward`, guard and ranks.
-        batch: the step's samples, B rows.
-        pi_old: the step's pi_old (:func:`tsctl.trainer.pi_old.step_pi_old`): its ratio denominators [B, T] (pi_b on
-            prefix tokens, pi_old elsewhere) and the engine's log-probs [B, T] the rollout correction weighs against.
-        ref: [B, T] frozen reference log-probs, needed when ``algo.kl_coef > 0``.
+        batch: the step's samples, B rows, scored (:meth:`tsctl.trainer.learner.Learner.score`): its ratio
+            denominators, loss mask, and, where the objective reads them, the engine's log-probs (the rollout
+            correction weighs pi_old against them) and the frozen reference's (``algo.kl_coef > 0``), each [B, T].
         step: the step (from 0): the rows are shuffled by its stream, and the policy loss draws from another (both
             part of the resumable RNG state).
     """
-    tr = ctx.cfg.trainer
-    guard = ctx.guard or NonFiniteGuard(tr.nonfinite, tr.max_nonfinite_skips)
-    engine = pi_old.engine_logprobs if ctx.objective.corrects else None
-    draws = torch.Generator().manual_seed(step_seed(ctx.cfg.seed, step, Stream.POLICY_LOSS))
-    shaped = unknown_pi_b(batch) if ctx.objective.shaping_gamma is not None else None  # LUFFY's trace tokens
-    whole = _Step(batch, loss_mask(batch, ctx.cfg), pi_old.denominators, ref, engine, guard, draws, shaped)
-    shuffle = torch.Generator().manual_seed(step_seed(ctx.cfg.seed, step, Stream.SHUFFLE))
+    tr = learner.cfg.trainer
+    draws = torch.Generator().manual_seed(step_seed(learner.cfg.seed, step, Stream.POLICY_LOSS))
+    shuffle = torch.Generator().manual_seed(step_seed(learner.cfg.seed, step, Stream.SHUFFLE))
     metrics = MetricSums()
-    ctx.model.train()
+    learner.model.train()
     for _ in range(tr.epochs):
         order = torch.randperm(len(batch), generator=shuffle)
         for m, rows in enumerate(torch.tensor_split(order, min(tr.mini_batches, len(batch)))):
-            taken = _mini_batch(ctx, whole, rows, m + 1)
+            taken = _mini_batch(learner, batch, rows, m + 1, draws)
             if taken is not None:
                 metrics.merge(taken)
-    ctx.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while the engine generates
+    learner.optimizer.zero_grad(set_to_none=True)  # no gradient memory held while the engine generates
     if tr.nonfinite == "skip":
-        metrics.add("nonfinite_skips", guard.skipped_this_step, 1)
-    ctx.model.eval()
+        metrics.add("nonfinite_skips", learner.guard.skipped_this_step, 1)
+    learner.model.eval()
     # Over the ranks: token sums add up; grad_norm and nonfinite_skips, the same on every rank, keep their means.
     return metrics.all_reduce()
 
 
-def _mini_batch(ctx: StepContext, whole: _Step, rows: torch.Tensor, index: int) -> MetricSums | None:
-    """The optimiser step of the mini-batch ``rows`` (the ``index``-th of its epoch); its metrics, or None when the
-    non-finite guard skipped it."""
-    device = whole.batch.device
-    norms = loss_norms(whole.mask[rows.to(device)])
-    ctx.optimizer.zero_grad(set_to_none=True)
+def _mini_batch(learner: Trainee, batch: RolloutBatch, rows: torch.Tensor, index: int, draws: torch.Generator) -> MetricSums | None:
+    """The optimiser step of the mini-batch ``rows`` (the ``index``-th of its epoch; ``draws``: the policy loss's
+    random stream); its metrics, or None when the non-finite guard skipped it."""
+    device, model, optimizer, forward = batch.device, learner.model, learner.optimizer, learner.forward
+    norms = loss_norms(batch.loss_mask[rows.to(device)])
+    optimizer.zero_grad(set_to_none=True)
     pending, loss_sum = MetricSums(), torch.zeros((), device=device)
-    lengths = whole.batch.attention_mask.sum(1).tolist()
-    with ctx.parallel.accumulating():
-        for idx in ctx.forward.micro_batches(ctx.parallel.share(rows), lengths):
-            loss_sum = loss_sum + _micro_batch(ctx, whole, idx.to(device), norms, pending)
-    ctx.parallel.reduce_gradients(lambda model: ctx.forward.probe(model, whole.batch))
+    lengths = batch.attention_mask.sum(1).tolist()
+    with learner.parallel.accumulating():
+        for idx in forward.micro_batches(learner.parallel.share(rows), lengths):
+            loss_sum = loss_sum + _micro_batch(learner, batch.rows(idx.to(device)), norms, draws, pending)
+    learner.parallel.reduce_gradients(lambda model: forward.probe(model, batch))
     loss_sum = all_reduce(loss_sum)
-    params = [p for p in ctx.model.parameters() if p.grad is not None]
+    params = [p for p in model.parameters() if p.grad is not None]
     grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # a DTensor under FSDP
     norm = full_tensor(grad_norm)
-    if not whole.guard.admit(ctx.model, loss_sum, norm, index):
-        ctx.optimizer.zero_grad(set_to_none=True)
+    if not learner.guard.admit(model, loss_sum, norm, index):
+        optimizer.zero_grad(set_to_none=True)
         return None
-    torch.nn.utils.clip_grads_with_norm_(params, ctx.cfg.trainer.max_grad_norm or float("inf"), grad_norm)
-    ctx.optimizer.step()
-    whole.guard.check_parameters(ctx.model, index)
-    ctx.scheduler.step()
+    torch.nn.utils.clip_grads_with_norm_(params, learner.cfg.trainer.max_grad_norm or float("inf"), grad_norm)
+    optimizer.step()
+    learner.guard.check_parameters(model, index)
+    learner.scheduler.step()
     pending.add("grad_norm", norm.detach(), 1)
     return pending
 
 
-def _micro_batch(ctx: StepContext, whole: _Step, idx: torch.Tensor, norms: Norms, pending: MetricSums) -> torch.Tensor:
-    """Forward and backward of the rows ``idx`` with the mini-batch's ``norms``; their metrics go to ``pending``.
+def _micro_batch(learner: Trainee, sub: RolloutBatch, norms: Norms, draws: torch.Generator, pending: MetricSums) -> torch.Tensor:
+    """Forward and backward of the micro-batch ``sub`` with the mini-batch's ``norms``; its metrics go to ``pending``.
     Returns the detached loss."""
-    sub = whole.batch.rows(idx)
+    objective, forward = learner.objective, learner.forward
     # backward too: activation checkpointing recomputes the layers there, as the forward ran them
-    with ctx.compiled.active() if ctx.compiled is not None else nullcontext():
-        with ctx.forward.autocast(ctx.model):
-            logprobs, entropy, ran = ctx.parallel.forward(ctx.forward.stats, sub, ctx.objective.entropy)  # FSDP returns a plain tuple
-        loss = ctx.objective.loss(whole.tokens(idx, sub, logprobs, entropy), norms)
+    with learner.compiled.active() if learner.compiled is not None else nullcontext():
+        with forward.autocast(learner.model):
+            logprobs, entropy, ran = learner.parallel.forward(forward.stats, sub, objective.entropy)  # FSDP returns a plain tuple
+        loss = objective.loss(_tokens(objective, sub, logprobs, entropy, draws), norms)
         loss.value.backward()
     pending.add("forward_token_share", ran, int(sub.attention_mask.sum()))
-    _record(pending, loss, sub, ctx)
+    _record(pending, loss, sub, learner)
     return loss.value.detach().float()
 
 
-def _record(metrics: MetricSums, loss: Loss, sub: RolloutBatch, ctx: StepContext) -> None:
+def _tokens(objective: Objective, sub: RolloutBatch, logprobs: torch.Tensor, entropy: torch.Tensor | None, draws: torch.Generator) -> Tokens:
+    """The objective's inputs of the micro-batch ``sub`` with its forward's log-probs and entropies [b, t]: the
+    columns it reads (the engine's log-probs only to correct for the engine; LUFFY's trace tokens only to shape them)."""
+    engine = sub.engine_logprobs if objective.corrects else None
+    shaped = unknown_pi_b(sub) if objective.shaping_gamma is not None else None
+    return Tokens(logprobs, sub.denominators, sub.advantages, sub.loss_mask, sub.source == PREFIX, entropy, sub.ref_logprobs, engine, draws, shaped)
+
+
+def _record(metrics: MetricSums, loss: Loss, sub: RolloutBatch, learner: Trainee) -> None:
     """The policy loss's metrics over the loss tokens, overall, by token source and by position; the KL's over its
     tokens; the rollout correction's."""
-    token, mask, bins = loss.tokens, loss.mask, ctx.cfg.trainer.position_bins
+    cfg = learner.cfg
+    token, mask, bins = loss.tokens, loss.mask, cfg.trainer.position_bins
     if loss.correction is not None:
         metrics.add_pairs("rollout_correction", loss.correction)
     if loss.kl is not None:
         metrics.add_tokens("kl_ref", *loss.kl)
     if loss.stale is not None:
-        metrics.add_pairs(ctx.cfg.algo.stale_mask, loss.stale)
+        metrics.add_pairs(cfg.algo.stale_mask, loss.stale)
     for name in ("clip_low", "clip_high", "clipped", "kl_k3", "pg_loss"):
         metrics.add_tokens(name, token[name], mask)
-    if ctx.objective.dual_clip:
+    if learner.objective.dual_clip:
         metrics.add_tokens("clip_dual", token["clip_dual"], mask)
     metrics.add_tokens("ratio", token["ratio"], mask)
     for name in sorted(token.keys() - set(METRICS)):  # the policy loss's own metrics (``masked``...), overall and by source
@@ -192,5 +190,5 @@ def _record(metrics: MetricSums, loss: Loss, sub: RolloutBatch, ctx: StepContext
     metrics.add_pairs("ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
     metrics.add_pairs("clipped_by_pos", absolute_bins(token["clipped"], mask, bins, response_mask=sub.resp_mask))
     metrics.add_pairs("clipped_by_rel", relative_deciles(token["clipped"], mask, response_mask=sub.resp_mask))
-    if uses_seeds(ctx.cfg):
+    if uses_seeds(cfg):
         metrics.add_pairs("clipped_by_source_pos", absolute_bins(token["clipped"], mask, bins, source=sub.source, response_mask=sub.resp_mask))

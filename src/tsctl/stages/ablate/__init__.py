@@ -65,6 +65,7 @@ from tsctl.config.store import conf_dir, register_schema
 from tsctl.distributed.job_pinning import POINTS_ENV, parallel_jobs, pin_job
 from tsctl.io import atomic, faults, rounding
 from tsctl.io.progress import console
+from tsctl.io.run_identity import outside_runs
 from tsctl.io.runs import RunDir, RunError, held
 from tsctl.io.sinks import check_logger
 from tsctl.runconfig import checked, compose_config
@@ -150,6 +151,8 @@ def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
     sweep = plan([o for o in overrides if not is_report_override(o)])
     for node in sweep.nodes:
         check_logger(OmegaConf.to_object(node.logger))  # what would stop wandb, before any folder (it fails each point otherwise)
+    if (outside := outside_runs(sweep.path, Path(sweep.nodes[0].runs_dir))) is not None:
+        raise RunError(f"sweep {outside}")
     fresh = not sweep.path.is_dir()
     with atomic.writing(sweep.path):
         sweep.path.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,9 @@
 """What a sweep folder already holds, against what this command would run there.
 
+A point's folder must be one that ``tsctl train`` would train that point in (:func:`tsctl.io.run_identity.place_problem`:
+inside the runs folder; a run whose config, manifest and records agree, or a folder holding only what a start leaves),
+else the sweep is refused before any point starts, in that point's one line.
+
 A point whose folder has a ``config.yaml`` ran (or runs) that config. It is skipped when completed, or
 resumed, only when that config equals the one this command composes for it, less the keys that place a
 run, the paths that do not change what it computes (:data:`IGNORED`) and the settings of engines it does not run. Otherwise the sweep is refused
@@ -18,6 +22,7 @@ from omegaconf import OmegaConf
 
 from tsctl.engines.factory import unread_keys
 from tsctl.io.config_diff import ABSENT, changed_keys
+from tsctl.io.run_identity import place_problem
 from tsctl.io.runs import RunError
 from tsctl.stages.ablate.plan import Sweep
 
@@ -32,12 +37,15 @@ def refuse_changed(sweep: Sweep) -> None:
     """Refuse the sweep when a point its folder holds ran another config than this command composes for it.
 
     Raises:
-        RunError: naming each such point with its changed keys (``key old -> new``) and the fixes (module docstring).
+        RunError: a point's folder may not hold its run (module docstring), or naming each point that ran another config
+            with its changed keys (``key old -> new``) and the fixes.
     """
     changed: dict[str, list[str]] = {}
     explicit: dict[str, str] = {}
     first: Path | None = None
     for folder, node in zip(sweep.folders, sweep.nodes):
+        if (found := place_problem(sweep.path / folder, Path(node.runs_dir))) is not None:
+            raise RunError(f"sweep {sweep.path}: {found}")
         saved = sweep.path / folder / "config.yaml"
         if not saved.is_file():
             continue

@@ -1,5 +1,5 @@
-"""README's findings are the records': its table of findings and the results page are what ``scripts/results.py``
-writes from the committed records, and README quotes no p-value or verdict outside that table."""
+"""The findings are the records': the results page, with the table of findings that opens it, is what
+``scripts/results.py`` writes from the committed records, and README quotes no p-value or verdict of its own."""
 
 import re
 import shutil
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """The page and README's block, written from a copy of the committed records (the checkout is left alone)."""
+    """The page, written from a copy of the committed records (the checkout is left alone)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("results_for_readme", ROOT / "scripts" / "results.py")
@@ -23,52 +23,46 @@ def written(tmp_path_factory):
     figures = tmp_path_factory.mktemp("results") / "results"
     shutil.copytree(ROOT / "docs" / "results", figures)
     module.FIGURES = figures
-    page, block = module.render_all(None)
-    return module, page, block
+    return module, module.render(None)
 
 
 def test_the_results_page_is_what_its_records_write(written):
-    _, page, _ = written
+    _, page = written
     assert page == (ROOT / "docs" / "RESULTS.md").read_text(), "docs/RESULTS.md differs from its records: run `python scripts/results.py --render`"
 
 
-def test_readme_s_table_of_findings_is_what_the_records_write(written):
-    module, _, block = written
+def test_the_page_opens_with_the_table_of_findings_and_the_findings_in_words(written):
+    module, page = written
+    opening = page.split("\n## Findings\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in opening.splitlines() if line.startswith("| ")]
+    for q in module.FINDINGS:
+        assert sum(row.startswith(f"| {q.question} | {q.regime} | {q.setting} vs {q.baseline}, {module.header(q.metric)}") for row in rows) == 1, q
+    assert (ROOT / "docs" / "results" / module.WORDS).read_text().strip() in opening
+
+
+def test_readme_quotes_no_p_value_or_verdict(written):
     readme = (ROOT / "README.md").read_text()
-    assert module.with_block(readme, block) == readme, "README.md's table of findings differs from the records: run `python scripts/results.py --render`"
-
-
-def test_readme_quotes_no_p_value_or_verdict_outside_its_table_of_findings(written):
-    module, _, _ = written
-    readme = (ROOT / "README.md").read_text()
-    before, rest = readme.split(module.BLOCK_START, 1)
-    outside = before + rest.split(module.BLOCK_END, 1)[1]
-    quoted = re.findall(r"Holm p|\bp ?[=<] ?0\.\d|\*\*(?:better|worse|higher|lower)\*\*", outside)
-    assert quoted == [], f"README quotes {quoted} outside its table of findings"
-
-
-def test_a_readme_without_the_block_s_markers_is_told_where_they_go(results):  # noqa: F811
-    with pytest.raises(ValueError, match="has no block of findings: put the lines"):
-        results.with_block("# tsctl\n", "block")
+    quoted = re.findall(r"Holm p|\bp ?[=<] ?0\.\d|\*\*(?:better|worse|higher|lower)\*\*|\| (?:better|worse) \|", readme)
+    assert quoted == [], f"README quotes {quoted}: the table of findings is docs/RESULTS.md's"
 
 
 def test_a_comparison_of_one_seed_so_far_is_quoted_untested_without_a_p_value(results):  # noqa: F811
-    q = results.README_QUOTES[0]
+    q = results.FINDINGS[0]
     one = {"setting": q.setting, "baseline": q.baseline, "metric": q.metric, "seeds": 1, "setting_mean": 0.5, "baseline_mean": 0.4,
            "difference": 0.1, "low": float("nan"), "high": float("nan"), "p_holm": float("nan"), "verdict": "untested (no p-value)",
            "family": "primary, Holm over 9", "rules_out": "rules out nothing (too few runs for an interval)"}
-    row = next(line for line in results.readme_block({q.section: [one]}, []).splitlines() if line.startswith(f"| {q.question} |"))
+    row = next(line for line in results.findings({q.section: [one]}, []) if line.startswith(f"| {q.question} |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2].endswith(": 0.500 vs 0.400 (1 seed)") and cells[3] == "+0.100 (no interval)"
     assert cells[4:6] == ["– (primary, Holm over 9)", "untested: 1 seed so far"] and "nan" not in row
 
 
 def test_a_comparison_with_a_warm_up_that_has_no_record_says_so_and_a_section_without_records_is_pending(results):  # noqa: F811
-    against_warmup = next(q for q in results.README_QUOTES if q.baseline == "warm-up")
+    against_warmup = next(q for q in results.FINDINGS if q.baseline == "warm-up")
     other = {"setting": "x", "baseline": "y", "metric": "pass@8"}  # a row of the section: it has records
-    block = results.readme_block({against_warmup.section: [other]}, []).splitlines()
+    block = results.findings({against_warmup.section: [other]}, [])
     row = next(line for line in block if line.startswith(f"| {against_warmup.question} | {against_warmup.regime} | {against_warmup.setting} vs warm-up"))
     assert "| no warm-up row (its section says why) | – | – | – |" in row
-    empty = results.readme_block({}, []).splitlines()
+    empty = results.findings({}, [])
     row = next(line for line in empty if line.startswith(f"| {against_warmup.question} | {against_warmup.regime} | {against_warmup.setting} vs warm-up"))
     assert "| pending: no records yet | – | – | – |" in row

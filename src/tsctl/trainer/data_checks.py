@@ -1,0 +1,60 @@
+"""A task's data checked before any model is built or warmed up, so that each data refusal costs seconds.
+
+Reading a file task's data refuses a missing or empty file, a malformed row and a row past ``task.file.max_row_bytes``,
+found by its size as the file is read, before it is decoded or tokenized (:mod:`tsctl.tasks.row_size`); then its
+splits are checked (:func:`~tsctl.tasks.split_checks.check_splits`: an empty held-out split where held-out problems
+are scored, held-out prompts that are train prompts); then, for the built-in model, whose tokenizer and context are
+known before it exists, the prompts of both splits are measured against its context
+(:func:`~tsctl.models.prompt_fit.fitting` under ``task.overlong_prompts``; a ``vllm`` engine's shorter
+``engine.vllm.max_model_len`` is applied once the engine is built). A model of one's own has its prompts measured
+once its tokenizer and engine are loaded, before any sampling. The notes these checks give (a small held-out split,
+repeated prompts, prompts left out) are printed once, by the command, when it reads the task again.
+
+Generated tasks (``countdown``, ``arithmetic``) give distinct, disjoint splits within the built-in model's context
+and read no data: they are not drawn here (:data:`~tsctl.tasks.registry.TASKS`' ``data_files``).
+"""
+
+from __future__ import annotations
+
+from tsctl.config.schema import TsctlConfig
+from tsctl.io.progress import console
+from tsctl.models.prompt_fit import PromptRoom, fitting
+from tsctl.models.prompts import PromptFormatter
+from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.seeds.base import uses_seeds
+from tsctl.tasks.registry import TASKS, build_task
+from tsctl.tasks.split_checks import check_splits
+
+
+def check_data(cfg: TsctlConfig, scored: int) -> None:
+    """Read and check ``cfg``'s task data as the module docstring says; nothing is printed.
+
+    Args:
+        cfg: the command's config.
+        scored: held-out problems the command scores (0: none; the held-out split may then be empty).
+
+    Raises:
+        DataError: a missing, empty or unreadable data file, a malformed or too large row (``task.file.on_bad_row=error``),
+            an empty held-out split that is scored, held-out prompts that are train prompts (``task.heldout_overlap=error``).
+        ConfigError: a prompt too long for the built-in model (``task.overlong_prompts=error``), or none that fits.
+    """
+    if not TASKS.needs(cfg.task.name).data_files:
+        return
+    task = build_task(cfg.task)
+    check_splits(task.problems("train"), task.problems("heldout"), scored=scored, overlap=cfg.task.heldout_overlap)
+    if cfg.model.path != "builtin":
+        return
+    formatter = PromptFormatter(build_char_tokenizer(), use_chat_template=False)  # the built-in model's, as it is saved
+    room = PromptRoom(cfg.model.tiny.max_position_embeddings, cfg.engine.max_new_tokens, cfg.task.overlong_prompts, uses_seeds(cfg))
+    quiet = console.quiet
+    console.quiet = True  # the prompts task.overlong_prompts=drop leaves out are said once, by the command
+    try:
+        for split in ("train", "heldout"):
+            fitting(task.problems(split), formatter, room, split)
+    finally:
+        console.quiet = quiet
+
+
+def train_scored(cfg: TsctlConfig) -> int:
+    """Held-out problems ``tsctl train`` scores: ``trainer.eval_problems`` where it evaluates (``trainer.eval_every``)."""
+    return cfg.trainer.eval_problems if cfg.trainer.eval_every else 0
