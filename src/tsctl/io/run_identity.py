@@ -50,6 +50,12 @@ def config_digest(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def load_yaml(text: str) -> Any:
+    """The YAML ``text`` that tsctl wrote (``OmegaConf.to_yaml``: a run's config, its Hydra overrides), read by libyaml
+    where it is built in: the same values as ``OmegaConf.load``, about ten times faster (a report reads hundreds)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def config_values(text: str) -> dict[str, Any]:
     """The values of a config's YAML text (its layout and comments aside; read by libyaml where it is built in: a
     sweep's report reads every run's).
@@ -57,7 +63,7 @@ def config_values(text: str) -> dict[str, Any]:
     Raises:
         ValueError, yaml.YAMLError: the text is not a YAML mapping.
     """
-    values = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    values = load_yaml(text)
     if not isinstance(values, dict) or not values:
         raise ValueError("not a YAML mapping")
     return values

@@ -32,6 +32,7 @@ from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
 from tsctl.models.warmup import encode_examples, supervised_warmup
 from tsctl.tasks.base import Problem, Task
+from tsctl.tasks.digests import hash_file
 from tsctl.tasks.registry import build_task, task_content
 
 WARMUP_REPORT = "warmup.json"
@@ -58,9 +59,7 @@ def weights_digest(folder: Path) -> str:
     order): runs whose built-in models share it started from the same weights, wherever they were warmed up."""
     digest = hashlib.sha256()
     for weights in sorted(Path(folder).glob("*.safetensors")):
-        with open(weights, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        hash_file(weights, digest)
     return digest.hexdigest()[:12]
 
 

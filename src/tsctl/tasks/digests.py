@@ -38,9 +38,9 @@ def data_digest(path: str, path_key: str) -> str:
     if place.is_dir():
         for file in sorted(f for f in place.rglob("*") if f.is_file()):
             digest.update(file.relative_to(place).as_posix().encode() + b"\0")
-            _hash_file(file, digest)
+            hash_file(file, digest)
     elif place.is_file():
-        _hash_file(place, digest)
+        hash_file(place, digest)
     else:
         raise DataError(f"data file not found: {path} (resolved to {place.resolve()}); point {path_key} at it")
     return "sha256:" + digest.hexdigest()
@@ -70,7 +70,8 @@ def data_digests(cfg: TaskConfig) -> dict[str, Any]:
     return out
 
 
-def _hash_file(path: Path, digest: Any) -> None:
+def hash_file(path: Path, digest: Any) -> None:
+    """Feed the bytes of file ``path`` to ``digest`` (a ``hashlib`` object), a block at a time."""
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(BLOCK), b""):
             digest.update(block)
