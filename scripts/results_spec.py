@@ -334,3 +334,43 @@ FINDINGS = [
 ]
 """The table of findings that opens docs/RESULTS.md, in its order (written by ``scripts/results.py --render`` from the
 records)."""
+
+
+# The hard regime: countdown settings under which the warm-up model rarely solves a held-out problem, so that a method
+# for exploration has room. Declared, with the rule that picks one, before any candidate's warm-up model was scored.
+@dataclass(frozen=True)
+class Regime:
+    """Candidate settings of a harder task, scored by their warm-up models before any RL run uses them.
+
+    Attributes:
+        label: its name on the page.
+        overrides: the task keys that make it (everything the warm-up reads besides the defaults).
+    """
+
+    label: str
+    overrides: list[str]
+
+
+def _countdown(numbers: tuple[int, int], max_number: int, max_target: int) -> list[str]:
+    """The overrides of countdown with ``numbers`` (fewest, most) drawn from 1..``max_number`` and targets up to ``max_target``."""
+    return ["task=countdown", f"task.countdown.min_numbers={numbers[0]}", f"task.countdown.max_numbers={numbers[1]}",
+            f"task.countdown.max_number={max_number}", f"task.countdown.max_target={max_target}"]
+
+
+HARD_CANDIDATES = [
+    Regime("4 numbers of 1-20, targets up to 200", _countdown((4, 4), 20, 200)),
+    Regime("4 numbers of 1-30, targets up to 500", _countdown((4, 4), 30, 500)),
+    Regime("4 numbers of 1-50, targets up to 1000", _countdown((4, 4), 50, 1000)),
+    Regime("4-5 numbers of 1-20, targets up to 500", _countdown((4, 5), 20, 500)),
+]
+"""The candidates, easiest first (the default task is 3-4 numbers of 1-10, targets up to 100)."""
+
+HARD_SCORING = {"warmup_seeds": [0], "sampling_seeds": [0, 1]}
+"""What scores a candidate: the warm-up model of each ``model.warmup.seed`` here, each evaluated as a run's final
+evaluation would with each sampling seed here (``scripts/results_scoring.py``'s warm-up records)."""
+
+HARD_RULE = ("the candidate whose warm-up models' held-out pass@8 (mean over the records) is the highest of those at most 0.30, "
+             "among those whose pass@1 is above 0; none when no candidate qualifies (then more are declared, not the bar moved)")
+"""The rule that chooses the hard regime from the candidates' records; :data:`HARD_PASS_AT_8` and :data:`HARD_MIN_PASS_AT_1` are its numbers."""
+HARD_PASS_AT_8 = 0.30
+HARD_MIN_PASS_AT_1 = 0.0
