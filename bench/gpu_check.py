@@ -74,6 +74,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
+from tsctl.config.knobs import uses_seeds  # noqa: E402
 from tsctl.config.schema import TsctlConfig  # noqa: E402
 from tsctl.distributed.world import backend  # noqa: E402
 from tsctl.engines.factory import build_engine  # noqa: E402
@@ -82,7 +83,6 @@ from tsctl.models.precision import compute_dtype  # noqa: E402
 from tsctl.models.prompts import PromptFormatter  # noqa: E402
 from tsctl.models.tokenizer import build_char_tokenizer  # noqa: E402
 from tsctl.seeds.bank import SeedBank  # noqa: E402
-from tsctl.seeds.base import uses_seeds  # noqa: E402
 from tsctl.tasks.base import Problem  # noqa: E402
 from tsctl.tasks.registry import build_task  # noqa: E402
 from tsctl.trainer.context import StepContext  # noqa: E402

@@ -32,7 +32,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -56,6 +56,8 @@ from tsctl.analysis.tables import bounds_rows, comparison_notes, comparison_rows
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_arms import HELD_OUT, Decided, arms_section, family, family_lines, quote, seeds_text, no_warmup_lines, trained_again_lines, untested, warmup_point  # noqa: E402  (this script's own folder)
 from results_scoring import WARMUP, score_trajectory, score_warmup  # noqa: E402
+from results_regime import regime_lines, score_candidates  # noqa: E402
+from results_known import Key, Twice, box, estimate, made_twice, page_holm, section_note, surviving, twice_lines  # noqa: E402
 from results_spec import FINDINGS, SECTIONS, SWEEPS, WARMUP_MODEL, Section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -464,7 +466,7 @@ ARM_SWEEPS = {arm.sweep for section in SECTIONS.values() for arm in section.arms
 def render(runs_dir: Optional[Path] = None) -> str:
     """The whole page from the sweeps' records (:func:`sweep_part`), after keeping the records of the
     finished runs under ``runs_dir`` (when given): its head, the findings (:func:`findings`), the claims, the sections."""
-    body, claim_blocks, quotes = [], [], {}
+    body, claim_blocks, quotes, starts = [], [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in SWEEPS:
             if runs_dir is not None:
@@ -473,7 +475,7 @@ def render(runs_dir: Optional[Path] = None) -> str:
             if name in ARM_SWEEPS:
                 continue
             lines, found, said = sweep_part(name, Path(tmp))
-            quotes[name] = said
+            quotes[name], starts[name] = said, len(body)
             body += lines
             if found is not None:
                 claim_blocks.append((name, found))
@@ -483,7 +485,12 @@ def render(runs_dir: Optional[Path] = None) -> str:
                 restore_records(sweep, Path(tmp))
             lines, _, quotes[name] = arms_section(name, SECTIONS[name], FIGURES, Path(tmp), decided, provenance)
             body += lines
-    claims = ["## The method's claims, as these runs see them", ""]
+    twice, page_p, claim_blocks = made_twice(quotes), page_holm(decided), surviving(claim_blocks, quotes)
+    for name, start in sorted(starts.items(), key=lambda item: -item[1]):  # the last section first: the earlier starts stay put
+        body[start + 2:start + 2] = section_note(name, twice)  # under the section's heading
+    claims = ["## The method's claims, as these runs see them", "",
+              "Claim (iii) counts a comparison as better only where its rerun from a newly warmed-up model, when there is one, said so "
+              "again (\"Made twice\" above); claims (i), (ii) and (iv) were not made again.", ""]
     for i, claim in enumerate(CLAIMS):
         claims += [f"### {claim.title}", ""]
         if not claim_blocks:
@@ -521,16 +528,20 @@ def render(runs_dir: Optional[Path] = None) -> str:
         "otherwise); a sweep without records is listed as pending, with the command that runs it.",
         "",
     ]
-    return "\n".join(head + findings(quotes, claim_blocks) + claims + body) + "\n"
+    return "\n".join(head[:2] + box(quotes, twice, page_p) + head[2:] + findings(quotes, claim_blocks, twice, page_p) + claims + body + regime_lines(FIGURES)) + "\n"
 
 
 WORDS = "findings.md"
 """The findings in words under :data:`FIGURES` (written by hand, each number in it from the table above it)."""
 
 
-def findings(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, list[dict]]]) -> list[str]:
+def findings(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, list[dict]]], twice: Sequence[Twice] = (),
+             page_p: Optional[dict[Key, float]] = None) -> list[str]:
     """The page's opening section: the table of findings (:data:`FINDINGS`, each with the verdict of the family that
-    decides it below), the claims' status per ratio sweep, and the findings in words (:data:`WORDS`)."""
+    decides it below; a primary one also with its Holm p over every section's primaries, ``page_p``; a first sweep's
+    comparison made again from a newly warmed-up model with what that said, ``twice``), the claims' status per ratio sweep,
+    the comparisons made twice (:func:`results_known.twice_lines`), and the findings in words (:data:`WORDS`)."""
+    page_p = page_p or {}
     rows = []
     for q in FINDINGS:
         found = next((d for d in quotes.get(q.section, []) if (d["setting"], d["baseline"], d["metric"]) == (q.setting, q.baseline, q.metric)), None)
@@ -544,14 +555,23 @@ def findings(quotes: dict[str, list[dict]], claim_blocks: list[tuple[str, list[d
             rows.append([q.question, q.regime, means, f"{found['difference']:+.3f} (no interval)", f"– ({found['family']})",
                          untested(found["seeds"]), found["rules_out"]])
             continue
+        family, verdict = found["family"], found["verdict"]
+        if (q.section, q.setting, q.baseline, q.metric) in page_p:
+            family += f"; {page_p[(q.section, q.setting, q.baseline, q.metric)]:.3g} over all {len(page_p)} primaries"
+        again = next((tw for tw in twice if tw.first is found), None)
+        if again is not None and not again.outcome.startswith("said again"):
+            verdict += f" (made again from a newly warmed-up model, {estimate(again.again)}: {again.outcome.split(';')[0]})"
         rows.append([q.question, q.regime, means, f"{found['difference']:+.3f} [{found['low']:+.3f}, {found['high']:+.3f}]",
-                     f"{found['p_holm']:.3g} ({found['family']})", found["verdict"], found["rules_out"]])
+                     f"{found['p_holm']:.3g} ({family})", verdict, found["rules_out"]])
     lines = ["## Findings", "", "Each row is a comparison a section below makes, with the verdict of the family that decides it there.", "",
              *md_table(["question", "regime", "comparison", "difference [95% CI]", "Holm p (family)", "verdict", "rules out"], rows), ""]
     if claim_blocks:
         head = ["claim", *(f"{name}" for name, _ in claim_blocks)]
         status = [[claim.title, *(found[i]["status"] for _, found in claim_blocks)] for i, claim in enumerate(CLAIMS)]
-        lines += ["The method's four claims, each ratio sweep's verdict (the comparisons behind each are below):", "", *md_table(head, status), ""]
+        lines += ["The method's four claims, each ratio sweep's verdict (the comparisons behind each are below; claim (iii) counts a "
+                  "comparison as better only where its rerun from a newly warmed-up model, when there is one, said so again):", "",
+                  *md_table(head, status), ""]
+    lines += twice_lines(list(twice))
     words = FIGURES / WORDS
     return lines + ([words.read_text().rstrip("\n"), ""] if words.is_file() else [])
 
@@ -582,12 +602,16 @@ def main(argv: Optional[list[str]] = None) -> None:
                         "(and every kept checkpoint of their trajectory arms) where no score is recorded yet, then write the page")
     parser.add_argument("--warmup-model", type=Path, default=None, help="with --score-only: the folder of the warmed-up model "
                         "the sweeps' records started from, when this revision warms up other weights")
+    parser.add_argument("--score-regimes", action="store_true", help="train nothing: warm up and score the hard regime's declared candidates "
+                        "(results_spec.HARD_CANDIDATES) where no record is kept yet, then write the page")
     parser.add_argument("--render", action="store_true", help="train nothing: keep the records of the runs finished under --runs-dir and rewrite the page")
     parser.add_argument("--check", action="store_true", help="fail (exit 1, a line per sweep) when a section on the page cannot be "
                         "written from its records; with --render, after writing the page")
     parser.add_argument("--page", type=Path, default=PAGE, help=f"where to write the page (default {PAGE.relative_to(ROOT)})")
     args = parser.parse_args(argv)
-    if not args.render and not args.check:
+    if args.score_regimes:
+        score_candidates(FIGURES, args.runs_dir)
+    elif not args.render and not args.check:
         for name in args.only or list(SWEEPS):
             seeds = SWEEPS[name].seeds or (args.seeds if name.endswith("-ratio") else args.ablation_seeds)
             if not args.score_only:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
+from scipy import optimize
 
 from results_scoring import WARMUP, warmup_records
 from results_spec import Arm, Section
@@ -27,7 +28,7 @@ from tsctl.analysis.compare import Row, adjusted, paired_rows, summarize
 from tsctl.analysis.figures import band, figure, half_width, save, styles
 from tsctl.analysis.plots import draw_all, plot_passk
 from tsctl.analysis.points import TRAINING, Point, Run, final_values, find_runs, header, higher_is_better, training_values
-from tsctl.analysis.stats import LEVEL, mean_ci
+from tsctl.analysis.stats import LEVEL, mean_ci, t_quantile
 from tsctl.analysis.tables import bounds_rows, comparison_rows, fmt, md_table, table_rows
 from tsctl.analysis.wording import rules_out
 
@@ -119,12 +120,32 @@ def family(pairs: list[tuple[Point, Point, str]], level: float = LEVEL, size: in
 
 def quote(row: Row, family: str) -> dict:
     """A comparison as the table of findings quotes it: the labels, both means, the deciding difference with its
-    interval, the Holm-adjusted p of ``family`` (named), the verdict and what the interval rules out."""
+    interval, standard error and degrees of freedom (:func:`spread`), the Holm-adjusted p of ``family`` (named),
+    the verdict, what the interval rules out and the warm-up models its runs started from."""
     c = row.decided
+    se, df = spread(row)
+    started = sorted({r.base_weights for r in [*row.point.used, *row.baseline.used] if r.base_weights})
     return {"setting": row.point.label, "baseline": row.baseline.label, "metric": row.metric, "seeds": len(row.seeds),
             "setting_mean": row.setting_mean, "baseline_mean": row.baseline_mean, "difference": c.diff.mean, "low": c.diff.low,
-            "high": c.diff.high, "how": row.how, "p_holm": row.p_holm, "verdict": row.verdict, "family": family,
-            "rules_out": rules_out(c.diff.low, c.diff.high, higher_is_better(row.metric))}
+            "high": c.diff.high, "se": se, "df": df, "how": row.how, "p_holm": row.p_holm, "verdict": row.verdict,
+            "family": family, "rules_out": rules_out(c.diff.low, c.diff.high, higher_is_better(row.metric)), "warmup": started}
+
+
+def spread(row: Row) -> tuple[float, float]:
+    """The standard error of ``row``'s deciding difference and the degrees of freedom of its t-interval (NaN, NaN without
+    an interval). By seed (a paired t over ``n`` units) they are ``std / sqrt(n)`` and ``n - 1``; over seeds and problems
+    the interval's ``std`` is its standard error (the test over problems gives it so) and the degrees of freedom
+    (Satterthwaite's) are those at which ``mean -+ t * se`` gives the interval's ends."""
+    c = row.decided
+    n, half = c.diff.n, c.diff.half_width
+    if math.isnan(half) or n < 2:
+        return math.nan, math.nan
+    if row.by_problem is None:
+        return c.diff.std / math.sqrt(n), float(n - 1)
+    se = c.diff.std
+    if se == 0 or half <= se * t_quantile(0.5 + LEVEL / 2, 1e9):  # no spread, or the normal limit
+        return se, math.inf
+    return se, float(optimize.brentq(lambda df: t_quantile(0.5 + LEVEL / 2, df) - half / se, 1e-3, 1e9))
 
 
 def family_lines(title: str, rows: list[Row]) -> list[str]:
@@ -282,5 +303,6 @@ def arms_section(name: str, spec: Section, figures: Path, scratch: Path, decided
     lines += trajectory_lines(spec, by_label, warm, figures, target) if spec.trajectory else []
     lines += [f"![{name} {image.stem}](results/{name}/{image.name})" for image in images] + [""]
     quotes = ([quote(r, f"primary, Holm over {len(spec.primary)}") for r in primary]
-              + [quote(r, f"exploratory, Holm over {len(against_warm)}") for r in against_warm])
+              + [quote(r, f"exploratory, Holm over {len(against_warm)}") for r in against_warm]
+              + [quote(r, f"exploratory, Holm over {len(others)}") for r in others])
     return lines, len(finished), quotes

@@ -11,6 +11,7 @@ A comparison that is primary in one section is shown with that verdict wherever 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -334,6 +335,36 @@ FINDINGS = [
 ]
 """The table of findings that opens docs/RESULTS.md, in its order (written by ``scripts/results.py --render`` from the
 records)."""
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A comparison of a first sweep made again at the same settings, in runs of their own from a newly warmed-up model.
+
+    Attributes:
+        sweep, setting, baseline: the first sweep (a :data:`SWEEPS` entry) and its compared points (``ratio=25``, ``ratio=0``).
+        section, again_setting, again_baseline: the :data:`SECTIONS` entry that makes the comparison again, under its labels.
+        metric: the metric the two estimates are set against each other on (the other held-out metrics count for claim
+            (iii), :func:`results_known.surviving`).
+    """
+
+    sweep: str
+    setting: str
+    baseline: str
+    section: str
+    again_setting: str
+    again_baseline: str
+    metric: str = "pass@8"
+
+
+RERUNS = [
+    Rerun("countdown-ratio", "ratio=25", "ratio=0", "countdown-default", "ratio 25", "ratio 0"),
+    Rerun("countdown-ratio", "ratio=50", "ratio=0", "countdown-default-ratio50", "ratio 50", "ratio 0"),
+    Rerun("countdown-collapse-ratio", "ratio=25", "ratio=0", "countdown-collapse-controls", "ratio 25", "ratio 0"),
+    Rerun("countdown-collapse-ratio", "ratio=50", "ratio=0", "countdown-collapse-ratio50", "ratio 50", "ratio 0"),
+]
+"""Seeds against plain DAPO made twice, each time from its own warm-up model: the page sets the two estimates against each
+other (Welch), pools the compatible ones (post hoc) and counts a claim's verdict only where its rerun says it again."""
 
 
 # The hard regime: countdown settings under which the warm-up model rarely solves a held-out problem, so that a method

@@ -223,7 +223,7 @@ def test_a_throwaway_aggregation_with_a_setting_runs_a_micro_train(drop_in, micr
     from tsctl.stages.train import train
 
     drop_in(tsctl.algo, "throwaway_aggregation", AGGREGATION)
-    common = [*micro, "algo.loss=throwaway_sum", "trainer.steps=1", "trainer.eval_every=0", "trainer.max_grad_norm=0"]
+    common = [*micro, "algo.aggregation=throwaway_sum", "trainer.steps=1", "trainer.eval_every=0", "trainer.max_grad_norm=0"]
     train(compose_config([*common, "name=one", "algo.throwaway_sum.divisor=1.0"], idle=True))
     train(compose_config([*common, "name=ten", "algo.throwaway_sum.divisor=10.0"], idle=True))
     one, ten = (records(tmp_path / "runs" / "default" / name)[0]["grad_norm"] for name in ("one", "ten"))

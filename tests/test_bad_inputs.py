@@ -23,12 +23,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from catalogue import snapshot
 from conftest import micro_args
 from tsctl.cli import app
 from tsctl.engines import vllm_platform
+from tsctl.io.run_identity import CONFIG_DIGEST, config_digest, config_values
 from tsctl.io.run_lock import RunLock
 from tsctl.models.builtin import builtin_dir
 from tsctl.runconfig import compose_config
@@ -299,6 +301,26 @@ def test_resume_with_a_changed_config_names_each_changed_key(setup):
     fails_cleanly(setup, args, "different config", "seeds.lo 0.2 -> 0.3", "trainer.lr 5e-05 -> 0.001", "rerun with the saved values", "or start a new run with another name=...")
     works(["train", *setup.args, "name=changed", "resume=true"], "run complete")
     works([*swap(args, "resume=true", "trainer.steps=2"), "name=changed-anew"], "run complete")
+
+
+def test_a_run_saved_under_renamed_keys_resumes(setup):
+    # a run saved before algo.loss became algo.aggregation and seeded became seeded_per_group holds the old keys
+    run = copy_of_done(setup, "old-keys")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["algo"]["loss"], config["seeded"] = config["algo"].pop("aggregation"), config.pop("seeded_per_group")
+
+    def saved(values: dict) -> None:
+        """``values`` as the run's config, its manifest's digest theirs (as the run recorded it when it started)."""
+        text = yaml.safe_dump(values)
+        (run / "config.yaml").write_text(text)
+        manifest = json.loads((run / "manifest.json").read_text())
+        (run / "manifest.json").write_text(json.dumps(manifest | {CONFIG_DIGEST: config_digest(config_values(text))}))
+
+    saved(config)
+    args = ["train", *setup.args, "name=old-keys", "resume=true"]
+    works(args, "run complete")
+    saved(config | {"algo": config["algo"] | {"loss": "grpo"}})  # an old key's value is compared at its new place
+    fails_cleanly(setup, args, "different config", 'algo.aggregation "grpo" -> "dapo"')
 
 
 def test_resume_of_a_run_that_never_existed(setup):

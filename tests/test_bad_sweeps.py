@@ -97,9 +97,9 @@ def test_a_ratio_that_seeds_another_ratios_count_is_refused_and_the_run_records_
     ))
     passes("train", *args, "ratio=50", words=("run complete",))
     run = runs / "default" / "r"
-    assert yaml.safe_load((run / "config.yaml").read_text())["seeded"] == 2
-    assert json.loads((run / "manifest.json").read_text())["seeded"] == 2
-    assert "\nseeded: 3\n" in passes("train", *micro_args(runs, warm), "ratio=30", "trainer.n=10", "trainer.mini_batches=4", "--cfg", "job")
+    assert yaml.safe_load((run / "config.yaml").read_text())["seeded_per_group"] == 2
+    assert json.loads((run / "manifest.json").read_text())["seeded_per_group"] == 2
+    assert "\nseeded_per_group: 3\n" in passes("train", *micro_args(runs, warm), "ratio=30", "trainer.n=10", "trainer.mini_batches=4", "--cfg", "job")
 
 
 def test_a_setting_of_an_engine_the_points_do_not_run_is_no_change(tmp_path, warm):

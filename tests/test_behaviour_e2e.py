@@ -56,9 +56,9 @@ def test_trace_seeds_train_under_each_ratio_rule(micro, tmp_path, mode):
         assert r["tokens_by_source/prefix"] > 0 and r["seeds/by_source/traces/samples"] == 8
         assert all(v == v for v in r.values() if isinstance(v, float))  # no NaN reached the metrics
         if mode == "exclude":
-            assert "ratio_by_source/prefix" not in r  # no prefix token in the loss
+            assert "importance_ratio_by_source/prefix" not in r  # no prefix token in the loss
         else:
-            assert abs(r["ratio_by_source/prefix"] - 1) < 0.05  # pi_b := pi_old: the ratio starts at 1
+            assert abs(r["importance_ratio_by_source/prefix"] - 1) < 0.05  # pi_b := pi_old: the ratio starts at 1
 
 
 def test_seeds_from_another_model_and_a_mismatched_tokenizer(micro, tmp_path):

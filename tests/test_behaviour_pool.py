@@ -83,7 +83,7 @@ def test_interleave_puts_each_arms_rows_back_in_prompt_order():
 def test_bins_sources_and_arms():
     assert [pow2_bin(x) for x in (0, 1, 2, 3, 4, 7, 8, 33)] == ["0", "1", "2-3", "2-3", "4-7", "4-7", "8-15", "32-63"]
     assert [source_of(c) for c in ("step-4", "model:/m", "traces:t.jsonl")] == ["self", "model", "traces"]
-    assert arm_of(behaviour_step=2, step=5, refresh=2) == 1 and arm_of(4, 5, 2) == 0 and arm_of(0, 9, 0) == 0
+    assert arm_of(behaviour_step=2, step=5, length=2) == 1 and arm_of(4, 5, 2) == 0 and arm_of(0, 9, 10) == 0 and arm_of(0, 9, 3) == 3
 
 
 def sample(reward: float, prefix: int, step: int, checkpoint: str, seeded: bool = True) -> Sample:
@@ -100,7 +100,7 @@ def test_attribution_metrics_by_hand():
         sample(1.0, 0, -1, "", seeded=False),  # plain: left out
     ]
     adv = torch.tensor([0.5, -0.5, 1.0, 2.0])
-    got = attribution_metrics(samples, adv, step=5, refresh=2)
+    got = attribution_metrics(samples, adv, step=5, length=2)
     expected = {
         "by_age/1": (1.0, 0.75, 2), "by_age/2-3": (0.0, -0.5, 1),
         "by_arm/0": (1.0, 0.5, 1), "by_arm/1": (0.0, -0.5, 1),
@@ -109,5 +109,5 @@ def test_attribution_metrics_by_hand():
     }
     want = {f"seeds/{k}/{name}": v for k, vals in expected.items() for name, v in zip(("accuracy", "advantage", "samples"), vals)}
     assert got == pytest.approx(want) and set(got) == set(want)
-    assert arm_rewards(samples, adv, step=5, refresh=2) == {0: (0.5, 1), 1: (-0.5, 1)}
+    assert arm_rewards(samples, adv, step=5, length=2) == {0: (0.5, 1), 1: (-0.5, 1)}
     assert attribution_metrics(samples[3:], adv[3:], 5, 2) == {}  # no seeded sample (every ratio=0 step): nothing

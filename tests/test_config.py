@@ -9,14 +9,14 @@ from tsctl.runconfig import compose_config
 def test_defaults_compose_to_the_documented_values():
     cfg = compose_config([]).cfg
     assert (cfg.ratio, cfg.truncation, cfg.refresh) == (0.0, "uniform", 10)
-    assert cfg.task.name == "countdown" and cfg.model.path == "builtin" and cfg.algo.loss == "dapo"
+    assert cfg.task.name == "countdown" and cfg.model.path == "builtin" and cfg.algo.aggregation == "dapo"
     assert (cfg.trainer.steps, cfg.trainer.batch_size, cfg.trainer.n, cfg.trainer.mini_batches) == (400, 32, 8, 4)
 
 
 def test_overrides_reach_typed_fields_and_groups():
     cfg = compose_config(["ratio=25", "refresh=5", "truncation=entropy", "task=arithmetic", "trainer=micro", "algo=grpo"]).cfg
     assert cfg.ratio == 25.0 and cfg.refresh == 5 and cfg.truncation == "entropy"
-    assert cfg.task.name == "arithmetic" and cfg.trainer.steps == 3 and cfg.algo.loss == "grpo"
+    assert cfg.task.name == "arithmetic" and cfg.trainer.steps == 3 and cfg.algo.aggregation == "grpo"
     assert cfg.algo.clip_high == 0.2
 
 
@@ -31,7 +31,7 @@ def test_overrides_reach_typed_fields_and_groups():
         (["ratio=-1"], "ratio", "out of range"),
         (["truncation=middle"], "truncation", "boundary"),
         (["engine.top_p=0"], "engine.top_p", "0 < engine.top_p <= 1"),
-        (["algo.loss=ppo"], "algo.loss", "dapo"),
+        (["algo.aggregation=ppo"], "algo.aggregation", "dapo"),
         (["algo.clip_c=0.5"], "algo.clip_c", "> 1"),
         (["trainer.mini_batches=3"], "trainer.mini_batches", "must divide"),
         (["trainer.n=1"], "trainer.n", "at least 2"),

@@ -27,11 +27,16 @@ CASES = [
     (["engine=vllm", "engine.max_new_tokens=64", "engine.vllm.max_model_len=64"], ["must exceed engine.max_new_tokens=64"], ["engine.vllm.max_model_len=65"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=1"], ["e.g. seeds.pool_size=4"], ["seeds.pool_size=4"]),
     (["ratio=25", "seeds.selector=uniform", "seeds.pool_size=4", "refresh=0"], ["set refresh > 0"], ["refresh=1"]),
+    (["ratio=25", "truncation=target_pass", "refresh=0"], ["'truncation'", "refresh=0 makes the whole run one window", "set refresh > 0 (e.g. refresh=10)"], ["refresh=10"]),
+    (["ratio=25", "truncation=target_pass", "refresh=0"], ["or truncation=uniform"], ["truncation=uniform"]),
     (["ratio=5"], ["use a ratio that is exact at trainer.n=8: ratio=0 (plain DAPO) or ratio=12.5, or trainer.n=20"], ["ratio=12.5"]),
     (["ratio=5"], ["ratio=0 (plain DAPO)"], ["ratio=0"]),
     (["ratio=5"], ["or trainer.n=20 where ratio=5 is exact"], ["trainer.n=20", "trainer.mini_batches=5"]),
     (["ratio=30"], ["which is ratio=25, not 30", "ratio=25 or ratio=37.5"], ["ratio=37.5"]),
-    (["ratio=25", "trainer.n=4", "trainer.mini_batches=2", "seeded=2"], ["seeded", "round(4 x 25 / 100) = 1", "drop it"], ["~seeded"]),
+    (["ratio=25", "trainer.n=4", "trainer.mini_batches=2", "seeded_per_group=2"], ["seeded_per_group", "round(4 x 25 / 100) = 1", "drop it"], ["~seeded_per_group"]),
+    # renamed keys: the old one refused naming the new one
+    (["ratio=25", "seeded=2"], ["'seeded'", "unknown key: it is seeded_per_group now"], ["~seeded"]),
+    (["algo.loss=grpo"], ["'algo.loss'", "unknown key: it is algo.aggregation now"], ["~algo.loss", "algo.aggregation=grpo"]),
     (["ratio=100", "seeds.adv_group=plain"], ["use seeds.adv_group=all"], ["seeds.adv_group=all"]),
     (["trainer.old_logprobs=engine", "engine.top_p=0.9"], ["use auto or recompute"], ["trainer.old_logprobs=auto"]),
     # settings that cannot take effect (config/idle.py): "set <switch> or drop it", each way

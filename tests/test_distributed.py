@@ -75,7 +75,7 @@ def test_two_ranks_update_as_one_process_on_the_same_global_batch(two_ranks, one
     assert sorted(got["metrics"]) == sorted(metrics)
     assert metrics["grad_norm"] > 0.1 and metrics["kl_ref/max"] > 0  # gradients and every loss term at work
     if case == "ratio=25":
-        assert metrics["ratio_by_source/prefix"] > 0 and metrics["clipped_by_source/prefix"] >= 0
+        assert metrics["importance_ratio_by_source/prefix"] > 0 and metrics["clipped_by_source/prefix"] >= 0
     for name, value in metrics.items():
         assert got["metrics"][name] == pytest.approx(value, abs=1e-5), name
     moved = max((want["params"][n] - p).abs().max().item() for n, p in tiny_model().state_dict().items())

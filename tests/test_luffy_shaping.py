@@ -132,7 +132,7 @@ def test_a_micro_train_with_shaped_trace_seeds(micro, tmp_path):
     for r in records:
         assert r["tokens_by_source/prefix"] > 0 and 0 < r["shaped"] < 1  # some loss tokens shaped, not all
         assert r["shaped_by_source/prefix"] == 1 and r["shaped_by_source/suffix"] == 0 and r["shaped_by_source/plain"] == 0
-        assert 0 < r["ratio_by_source/prefix"] <= 1  # pi_theta of the trace tokens (pi_b := 1)
+        assert 0 < r["importance_ratio_by_source/prefix"] <= 1  # pi_theta of the trace tokens (pi_b := 1)
         assert r["clipped_by_source/prefix"] == 0
     assert "trace_logprobs: shaping" in (run / "config.yaml").read_text() and "shaping_gamma: 0.2" in (run / "config.yaml").read_text()
     with pytest.raises(ConfigError, match="ratio=0"):  # trace seeds (and their shaping) need seeded samples

@@ -1,4 +1,4 @@
-"""The objective: every per-token term (policy, KL, entropy) aggregated by the one ``algo.loss``, hand-computed; the
+"""The objective: every per-token term (policy, KL, entropy) aggregated by the one ``algo.aggregation``, hand-computed; the
 KL leaves seed-prefix tokens out and still counts them where the policy term does; the policy loss gets what it reads."""
 
 import math
@@ -25,8 +25,8 @@ def tokens(entropy=None, ref=None):
     return Tokens(logprobs, logprobs.detach(), torch.zeros(2), mask, prefix, entropy, logprobs.detach() + d if ref else None)
 
 
-def objective(loss: str, **algo) -> Objective:
-    return Objective(AlgoConfig(loss=loss, **algo), seeded=True)
+def objective(aggregation: str, **algo) -> Objective:
+    return Objective(AlgoConfig(aggregation=aggregation, **algo), seeded=True)
 
 
 def test_grpo_takes_each_sequence_mean_of_the_kl_as_of_the_policy_term():

@@ -146,4 +146,4 @@ def test_a_micro_train_with_each_new_entry(micro, tmp_path, choice):
     assert result.exit_code == 0, result.output
     [metrics] = (tmp_path / "runs").rglob("metrics.jsonl")
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [r["step"] for r in rows if "ratio" in r or "loss" in r] and all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float))
+    assert [r["step"] for r in rows if "importance_ratio" in r or "loss" in r] and all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float))

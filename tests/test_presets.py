@@ -40,7 +40,7 @@ def test_presets_are_dapo_on_qwen_math_with_the_six_benchmarks(preset):
     cfg = compose_config([f"+preset={preset}", "task.file.train_path=data.jsonl"]).cfg
     assert cfg.model.path == f"Qwen/Qwen2.5-Math-{preset.rsplit('-', 1)[1].upper()}" and cfg.model.dtype == "float32"
     al, tr, e = cfg.algo, cfg.trainer, cfg.engine
-    assert (al.loss, al.clip_low, al.clip_high, al.kl_coef, al.overlong, al.dynamic_sampling) == ("dapo", 0.2, 0.28, 0.0, "penalty", True)
+    assert (al.aggregation, al.clip_low, al.clip_high, al.kl_coef, al.overlong, al.dynamic_sampling) == ("dapo", 0.2, 0.28, 0.0, "penalty", True)
     assert (tr.lr, tr.batch_size, tr.n, tr.batch_size * tr.n // tr.mini_batches) == (1e-6, 512, 16, 512)
     assert (e.name, e.vllm.dtype, e.vllm.enable_sleep_mode, e.temperature) == ("vllm", "bfloat16", True, 1.0)
     assert e.max_new_tokens + 512 <= e.vllm.max_model_len == 4096  # room for the prompt in Qwen2.5-Math's 4k context

@@ -26,7 +26,7 @@ from tsctl.tasks.registry import TASKS
 SRC = Path(__file__).resolve().parents[1] / "src" / "tsctl"
 
 KEYS = {
-    "algo.loss": AGGREGATIONS, "truncation": STRATEGIES, "task.name": TASKS, "engine.name": ENGINES, "seeds.selector": SELECTORS,
+    "algo.aggregation": AGGREGATIONS, "truncation": STRATEGIES, "task.name": TASKS, "engine.name": ENGINES, "seeds.selector": SELECTORS,
     "seeds.source": SOURCES, "algo.rollout_correction": CORRECTIONS, "algo.policy_loss": POLICY_LOSSES,
     "algo.adv_estimator": ADVANTAGES, "algo.kl_type": DIVERGENCES, "algo.stale_mask": STALE_MASKS,
 }

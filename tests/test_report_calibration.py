@@ -7,6 +7,12 @@ committed records, estimated here, at test time, from those records (``docs/resu
 :func:`~tsctl.analysis.crossed.variance_components` (pass@1: ``sampled.solved / samples`` with that many samples;
 pass@8: whether any sample solved the problem, one answer; greedy: ``greedy.solved``, one answer), and each component
 is the mean over the sweep's points.
+
+Warm-up models as a random unit (:mod:`~tsctl.analysis.nested`) are simulated with the nested variance components of
+ratio 25 - ratio 0 over the records' two warm-up models at lr 2e-4 (``countdown-collapse-ratio`` and
+``countdown-collapse-base``: the same sweep from weights eaf58e73a9de and 19bf82bc2fbf), in the records' design (two
+warm-up models of five seeds) and in one of four warm-up models of two seeds: the nested test's size, coverage and
+family-wise error under Holm, and how often the test of one fixed warm-up model calls a null a difference.
 """
 
 import functools
@@ -21,6 +27,7 @@ import yaml
 from scipy import stats as scipy_stats
 
 from tsctl.io.run_records import is_record
+from tsctl.analysis import nested
 from tsctl.analysis.crossed import Components, crossed_difference, crossed_differences, mean_squares, variance_components
 from tsctl.analysis.families import holm
 from tsctl.analysis.stats import paired_difference
@@ -224,3 +231,104 @@ def test_crossed_difference_refuses_one_seed_and_mismatched_shapes():
         crossed_difference(np.ones((1, 4)), np.ones((1, 4)))
     with pytest.raises(ValueError, match="one shape"):
         crossed_difference(np.ones((2, 4)), np.ones((2, 3)))
+
+
+WARMUP_SWEEPS = ("countdown-collapse-ratio", "countdown-collapse-base")
+"""The same sweep (countdown, lr 2e-4, ratio 0 and 25, seeds 0-4) from two warm-up models (weights eaf58e73a9de and
+19bf82bc2fbf): the records' only measure of how much the warm-up model moves a difference between settings."""
+DESIGNS = ((2, 5), (4, 2))
+"""(warm-up models, seeds each): the records' design, and four warm-up models of two seeds."""
+WARMUP_CASES = [(metric, design) for metric in METRICS for design in DESIGNS]
+WARMUP_IDS = [f"{metric}-{w}x{s}" for metric, (w, s) in WARMUP_CASES]
+
+
+@functools.cache
+def warmup_components(metric: str) -> tuple[nested.Components, int]:
+    """The nested variance components (:func:`~tsctl.analysis.nested.variance_components`) of ratio 25 - ratio 0 on
+    ``metric`` over the two warm-up models' records ``[2, 5, P]``, and the problems to simulate: P, at most 256 (greedy's
+    1000 would cost four times the time and memory; the warm-up model's term dominates either way)."""
+    def table(sweep: str, ratio: int) -> np.ndarray:
+        runs = sorted((RECORDS / sweep / "runs").glob(f"ratio={ratio}-seed=*"))
+        return np.stack([scores(json.loads((r / "final_eval.json").read_text())["per_problem"], metric)[0] for r in runs])
+
+    d = np.stack([table(sweep, 25) - table(sweep, 0) for sweep in WARMUP_SWEEPS])
+    return nested.variance_components(d), min(d.shape[2], 256)
+
+
+def nested_nulls(c: nested.Components, problems: int, design: tuple[int, int], rng: np.random.Generator, n: int,
+                 problem_effect: float = 0.0) -> np.ndarray:
+    """``n`` draws of a paired difference's ``[W, S, problems]`` table with mean 0 (``[n, W, S, problems]``, Gaussian at
+    the components' variances); ``problem_effect`` > 0 adds that variance to the problem component."""
+    w, s = design
+    return (rng.normal(0.0, math.sqrt(c.warmup), (n, w, 1, 1)) + rng.normal(0.0, math.sqrt(c.seed), (n, w, s, 1))
+            + rng.normal(0.0, math.sqrt(c.problem + problem_effect), (n, 1, 1, problems))
+            + rng.normal(0.0, math.sqrt(c.warmup_x_problem), (n, w, 1, problems)) + rng.normal(0.0, math.sqrt(c.residual), (n, w, s, problems)))
+
+
+def nested_rates(metric: str, design: tuple[int, int], seed: int, effect: float = 0.0, problem_effect: float = 0.0,
+                 simulations: int = SIMULATIONS) -> tuple[float, float, float]:
+    """Under :func:`nested_nulls` (plus ``effect``), in chunks of 500 tables: the share of the nested test's intervals
+    that miss ``effect`` (its rejections when 0), and the shares of nulls that the two-way test of the first warm-up
+    model's ``[S, P]`` table alone (one fixed warm-up model, as every section of the page), and of all runs taken as
+    seeds of one model, reject at 5%."""
+    c, problems = warmup_components(metric)
+    rng = np.random.default_rng(seed)
+    missed, fixed, pooled = [], [], []
+    for _ in range(simulations // 500):
+        d = nested_nulls(c, problems, design, rng, 500, problem_effect) + effect
+        zero = np.zeros_like(d)
+        found = nested.nested_differences(d, zero)
+        missed.append((found.low > effect) | (effect > found.high))
+        fixed.append(crossed_differences(d[:, 0], zero[:, 0]).p < 0.05)
+        flat = d.reshape(500, -1, problems)
+        pooled.append(crossed_differences(flat, np.zeros_like(flat)).p < 0.05)
+    return tuple(float(np.concatenate(x).mean()) for x in (missed, fixed, pooled))
+
+
+def test_the_records_two_warm_ups_move_a_difference_more_than_its_seeds_do():
+    # pass@8 of ratio 25 - ratio 0: +0.085 from one warm-up model, -0.023 from the other, 5 seeds each over 256 problems:
+    # warm-up 0.0056, seed 0.00004, problem 0, warm-up x problem 0.021, residual 0.23; in the records' design the
+    # warm-up model's term is 95% of the mean difference's variance
+    c, problems = warmup_components("pass@8")
+    terms = nested.contributions(c, 2, 5, problems)
+    total = terms.warmup + terms.seed + terms.problem + terms.warmup_x_problem + terms.residual
+    assert problems == 256 and c.warmup > 100 * c.seed and terms.warmup / total > 0.9
+
+
+@pytest.mark.parametrize("metric,design", WARMUP_CASES, ids=WARMUP_IDS)
+def test_the_nested_test_calls_five_percent_of_nulls_where_a_fixed_warm_up_model_calls_many(metric, design):
+    # the nested test, on W - 1 degrees of freedom, is exact when the problems agree and conservative otherwise: 3.5-5%
+    nested_rate, fixed, pooled = nested_rates(metric, design, seed=300 + WARMUP_CASES.index((metric, design)))
+    assert 0.025 <= nested_rate <= 0.06, f"{metric} {design}: the nested test rejects {nested_rate:.1%} of nulls"
+    # one warm-up model's intervals miss what the next warm-up model would find: 14-63% of nulls called, fewest at
+    # two seeds per warm-up model (one degree of freedom); all runs taken as seeds of one model, 12-48%
+    assert fixed > 0.1, f"{metric} {design}: one fixed warm-up model's test rejects only {fixed:.1%} of nulls"
+    assert pooled > 0.1, f"{metric} {design}: all runs taken as seeds of one model reject only {pooled:.1%} of nulls"
+
+
+@pytest.mark.parametrize("metric,design", WARMUP_CASES, ids=WARMUP_IDS)
+def test_the_nested_95_percent_interval_covers_a_planted_difference_95_percent_of_the_time(metric, design):
+    c, _ = warmup_components(metric)
+    missed, _, _ = nested_rates(metric, design, seed=400 + WARMUP_CASES.index((metric, design)), effect=2 * math.sqrt(c.warmup))
+    assert 0.94 <= 1 - missed <= 0.98, f"{metric} {design}: the interval covers the planted difference {1 - missed:.1%} of the time"
+
+
+def test_the_nested_test_counts_problem_effects_that_average_out_as_noise():
+    # a problem-by-setting effect of variance 0.02 (as in the two-way case above): the problems disagree beyond the
+    # warm-up-by-problem noise, and the nested test counts them as the noise of drawing the problems, conservatively
+    # (about 2.5% of nulls called; Satterthwaite's degrees of freedom would call 6.6%, and 3 times the nominal share at
+    # the 0.05 / 12 a Holm family of 12 needs)
+    rate, _, _ = nested_rates("pass@1", (4, 2), seed=8, problem_effect=0.02)
+    assert 0.01 <= rate <= 0.06
+
+
+def test_holm_keeps_the_chance_of_any_false_call_among_nested_tests_at_five_percent():
+    # a family of 12 null comparisons, each metric and design twice: Holm calls any of them a difference in at most 5%
+    # of 1000 simulated families, within two standard errors
+    rng = np.random.default_rng(500)
+    families = 1000
+    tables = (nested_nulls(*warmup_components(metric), design, rng, families) for metric, design in WARMUP_CASES * 2)
+    p = np.stack([nested.nested_differences(d, np.zeros_like(d)).p for d in tables], axis=1)  # [families, 12]
+    rate = sum(min(holm(list(row))) < 0.05 for row in p) / families
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / families), f"Holm calls some nested null a difference in {rate:.1%} of families"
+

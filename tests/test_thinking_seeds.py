@@ -8,6 +8,7 @@ import torch
 
 from loss_terms import policy_term
 from tsctl.algo.aggregations import loss_norms
+from tsctl.config.knobs import seeded_count
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import SamplingParams
 from tsctl.engines.hf import HFEngine
@@ -17,7 +18,7 @@ from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import PLAIN, PREFIX, SUFFIX, Sample
 from tsctl.models.tiny import build_tiny_model
 from tsctl.models.tokenizer import build_char_tokenizer
-from tsctl.seeds.base import seeded_count, seeds_from_table
+from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.generate import seed_columns
 from tsctl.runconfig import compose_config
 from tsctl.tasks.registry import build_task

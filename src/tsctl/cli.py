@@ -34,7 +34,7 @@ def knobs() -> str:
 
 [bold]Sweep knobs[/bold] (top level): [cyan]ratio[/cyan] (% of each group seeded, 0 = plain DAPO),
 [cyan]truncation[/cyan] ({"|".join(STRATEGIES.names())}), [cyan]refresh[/cyan] (T, steps between
-behaviour-policy refreshes; 0 = never), [cyan]seed[/cyan].
+behaviour-policy refreshes; 0 = one window: the initial model writes every step's seeds), [cyan]seed[/cyan].
 
 [bold]Groups[/bold] (choose with group=option, tune with group.key=value):
 [cyan]model[/cyan] (path=builtin|<HF folder>|<hub id>, tiny.*, warmup.*), [cyan]task[/cyan] ({"|".join(TASKS.names())}; overlong_prompts=error|drop, heldout_overlap=error|allow, reward=correct|random|format, reward_p),
@@ -267,12 +267,19 @@ def report(
     verdicts, and plots of a sweep or a run, into <sweep>/report/ or <run>/plots/."""
 
     def stage(c: Composed) -> None:
+        from tsctl.analysis.points import is_run_folder
         from tsctl.analysis.report import report as write_report
+        from tsctl.io.run_identity import write_place_problem
+        from tsctl.io.runs import RunError
 
-        out = write_report(Path(path), baseline=c.cfg.report.baseline, level=c.cfg.report.level, equivalence_margin=c.cfg.report.equivalence_margin)
+        folder = Path(path)
+        if (found := write_place_problem(folder, folder / ("plots" if is_run_folder(folder) else "report"), Path(c.cfg.runs_dir))) is not None:
+            raise RunError(found)
+        out = write_report(folder, baseline=c.cfg.report.baseline, level=c.cfg.report.level, equivalence_margin=c.cfg.report.equivalence_margin)
         console.print(f"report: {out}", highlight=False)
 
     other = [o for o in overrides or [] if not o.lstrip("+~").startswith("report.")]
     if other:
-        raise _fail(ConfigError("overrides", f"tsctl report takes only report.* overrides (got {' '.join(other)}); e.g. report.baseline=ratio=0"))
+        raise _fail(ConfigError("overrides", f"tsctl report reads what the runs wrote and takes only report.* overrides (got {' '.join(other)}); "
+                                "drop them (report.baseline=<key>=<value> chooses the point the others are compared with)"))
     _run("report", overrides, None, stage)

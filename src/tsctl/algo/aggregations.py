@@ -1,6 +1,6 @@
-"""Aggregations: how per-token values become one number (``algo.loss``), with the normalisers of a whole mini-batch.
+"""Aggregations: how per-token values become one number (``algo.aggregation``), with the normalisers of a whole mini-batch.
 
-``algo.loss`` names an entry of :data:`AGGREGATIONS`, ``fn(values, mask, norms) -> (total, normaliser)``, the
+``algo.aggregation`` names an entry of :data:`AGGREGATIONS`, ``fn(values, mask, norms) -> (total, normaliser)``, the
 aggregate being ``total / normaliser``: ``dapo`` is the token-mean (every loss token of the mini-batch weighs the
 same), ``grpo`` the sequence-mean of token-means (every sequence weighs the same, its tokens share its weight). The
 division is left to the caller (:class:`~tsctl.algo.objective.Objective`), so a term's coefficient multiplies the total
@@ -37,8 +37,8 @@ class Norms(NamedTuple):
 Aggregation = Callable[..., tuple[Tensor, Norm]]
 """An entry of :data:`AGGREGATIONS`: ``fn(values [B, T], mask [B, T], norms, **arguments) -> (0-d total, normaliser)``."""
 
-AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation", __package__, key="algo.loss", reads=())
-"""The aggregations by name (``algo.loss``), from any module of :mod:`tsctl.algo`; each may declare ``reads`` and ``settings``."""
+AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation", __package__, key="algo.aggregation", reads=())
+"""The aggregations by name (``algo.aggregation``), from any module of :mod:`tsctl.algo`; each may declare ``reads`` and ``settings``."""
 
 
 def loss_norms(mask: Tensor) -> Norms:

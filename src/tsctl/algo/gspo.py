@@ -12,7 +12,7 @@ Seed-prefix tokens: their ratio is taken against pi_b, a behaviour policy up to 
 so they stay out of ``s_i`` (one stale prefix would move the whole sequence's ratio) and keep the
 per-token objective of ``vanilla``, their own ratio with their dual clip (``algo.prefix_clip_c``): the
 entry declares ``prefix_clip``. Without seeds GSPO is the paper's; its sequence-mean aggregation is
-``algo.loss=grpo`` (``dapo`` averages the same terms over tokens). A row with no suffix or plain loss
+``algo.aggregation=grpo`` (``dapo`` averages the same terms over tokens). A row with no suffix or plain loss
 token has ``s_i = 1`` (no term of it enters the loss but its prefix tokens').
 """
 

@@ -21,11 +21,11 @@ computes the same: ``off_ratio = exp(log_prob); off_ratio / (off_ratio + 0.1)``,
 Here (followed): ``f(pi_theta)`` in place of the ratio of every trace token (a seed-prefix token of unknown pi_b,
 :func:`tsctl.trainer.denominators.unknown_pi_b`), ``gamma = seeds.shaping_gamma`` (0.1), no clip and no dual clip on
 those tokens, ``pi_b := 1`` (their ratio denominator is ``log 1 = 0``), and they count in the aggregation's
-normaliser (``Z``: every loss token with ``algo.loss=dapo``). Where it differs: LUFFY's off-policy samples are whole
+normaliser (``Z``: every loss token with ``algo.aggregation=dapo``). Where it differs: LUFFY's off-policy samples are whole
 traces, while a Thinking Seeds sample is a trace's prefix continued by pi_old; the continuation (and every plain
 sample) keeps the run's policy loss ``algo.policy_loss`` against pi_old, with its clip (the authors' training script
 also switches off the on-policy clip and the token mean; here the other tokens keep ``algo.policy_loss`` and
-``algo.loss`` as configured), and the advantage is the whole seeded sample's. As on every seed-prefix token, the KL
+``algo.aggregation`` as configured), and the advantage is the whole seeded sample's. As on every seed-prefix token, the KL
 term and the rollout correction leave them out; ``algo.stale_mask`` is refused with shaping (no ratio to bound).
 This is an option of ``seeds.trace_logprobs`` rather than a registry entry: it applies only to tokens of unknown
 pi_b, which only trace seeds have, and it replaces what ``exclude``/``cap`` decide for exactly those tokens.

@@ -16,7 +16,7 @@
   ``KL(pi_theta || pi_ref)``, by default) against the frozen reference (``algo.kl_coef > 0``), 0 on
   seed-prefix tokens: it estimates the KL from tokens the current policy sampled, and pi_b sampled those.
 - ``H``: the entropy of each token's sampling distribution (``algo.entropy_coef > 0``).
-- ``agg``: the aggregation ``algo.loss`` (:mod:`tsctl.algo.aggregations`) over the loss mask with the whole
+- ``agg``: the aggregation ``algo.aggregation`` (:mod:`tsctl.algo.aggregations`) over the loss mask with the whole
   mini-batch's normalisers, the same for every term (as verl's ``agg_loss`` with one ``loss_agg_mode``): each token's
   KL and entropy weigh exactly as much as its policy term, under the token-mean (``dapo``) and the sequence-mean
   (``grpo``) alike. Aggregations are linear, so this is the aggregation of the per-token sum of the terms.
@@ -108,8 +108,8 @@ class Objective:
         self.prefix_clip = bool(needs.prefix_clip)
         self.policy_entropies, self.draws = bool(needs.entropies), bool(needs.draws)
         self.prefix_clip_c = algo.prefix_clip_c if seeded and self.prefix_clip else None
-        self.aggregate = AGGREGATIONS.get(algo.loss)
-        self.aggregate_arguments = AGGREGATIONS.arguments(algo.loss, algo)
+        self.aggregate = AGGREGATIONS.get(algo.aggregation)
+        self.aggregate_arguments = AGGREGATIONS.arguments(algo.aggregation, algo)
         self.kl_coef, self.entropy_coef = algo.kl_coef, algo.entropy_coef
         self.divergence = DIVERGENCES.get(algo.kl_type)
         self.correction, self.correction_cap = algo.rollout_correction, algo.rollout_correction_cap

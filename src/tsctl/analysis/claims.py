@@ -53,6 +53,7 @@ class Finding:
         higher_is_better: the metric's better direction, None when it has none.
         mde: the minimum detectable effect at 80% power of the paired t-test over seeds.
         spec: the format of the numbers, in the metric's units.
+        units: what ``mde``'s paired t-test is over: seeds, or warm-up models where they are a random unit.
         table_p: the p-value Holm-adjusted in the comparison table's family, for a comparison the table makes
             (it keeps that verdict); None for one adjusted within its claim.
     """
@@ -64,6 +65,7 @@ class Finding:
     mde: float = math.nan
     spec: str = ".4g"
     table_p: Optional[float] = None
+    units: str = "seeds"
 
     def written(self, p_holm: float, level: float) -> tuple[str, Optional[str]]:
         """The finding's line (the verdict in bold) and its verdict, None without an interval; ``p_holm`` is its p
@@ -76,7 +78,7 @@ class Finding:
         n = self.spec
         bounds = rules_out(c.diff.low, c.diff.high, self.higher_is_better, n)
         return (f"{self.lead}; difference {c.diff.mean:+{n}} [{level:.0%} CI {c.diff.low:+{n}}, {c.diff.high:+{n}}] ({self.how}), "
-                f"p={c.p_value:.3g}, Holm p={p_holm:.3g} ({family}): **{said}**; {bounds}; MDE {self.mde:{n}} (80% power, paired t over seeds)."), said
+                f"p={c.p_value:.3g}, Holm p={p_holm:.3g} ({family}): **{said}**; {bounds}; MDE {self.mde:{n}} (80% power, paired t over {self.units})."), said
 
 
 @dataclass(frozen=True)
@@ -160,21 +162,22 @@ def ratio_beats_zero(points: dict[str, Point], rows: list[Row], level: float) ->
             if np.isnan(c.diff.low):
                 lines.append(Finding(f"{lead} ({len(r.seeds)} finished pair(s), too few for an interval)."))
                 continue
-            lines.append(Finding(lead, c, r.how, True, r.mde, ".3f", r.p_holm))
+            lines.append(Finding(lead, c, r.how, True, r.mde, ".3f", r.p_holm, "warm-up models" if r.warmups > 1 else "seeds"))
     return lines or [Finding("no paired comparison yet.")]
 
 
 def seeded_entropy(points: dict[str, Point], rows: list[Row], level: float) -> list[Finding]:
-    """(iv) Seeded runs keep a higher entropy (mean over the last 10% of steps, all tokens the rollout policy saw)."""
+    """(iv) Seeded runs keep a higher entropy (mean over the last 10% of steps, all tokens the rollout policy saw), runs
+    paired by warm-up model and seed."""
     base = points.get(BASELINE)
     if base is None:
         return [Finding(f"no finished {BASELINE} run yet.")]
-    base_by_seed = {r.seed: _end_entropy(r, "entropy") for r in base.used}
+    base_by_run = {(r.warmup, r.seed): _end_entropy(r, "entropy") for r in base.used}
     lines = []
     for label, point in points.items():
         if label == BASELINE:
             continue
-        pairs = [(_end_entropy(r, "entropy"), base_by_seed[r.seed]) for r in point.used if r.seed in base_by_seed]
+        pairs = [(_end_entropy(r, "entropy"), base_by_run[r.warmup, r.seed]) for r in point.used if (r.warmup, r.seed) in base_by_run]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
         if not pairs:  # its runs are still going
             continue

@@ -2,7 +2,8 @@
 
 A *sweep folder* holds one run folder per point and seed (``tsctl ablate`` writes
 ``<runs_dir>/<experiment>/<sweep>/<point>/``); any folder whose subfolders are run folders works.
-Runs are grouped into points by the settings that differ between them, ``seed`` excepted: the
+Runs are grouped into points by the settings that differ between them, ``seed`` and ``model.warmup.seed``
+excepted (a point averages over its training seeds and the warm-up models they start from, ``Run.warmup``): the
 overrides Hydra saved in ``.hydra/overrides.yaml`` when every run has them, else the resolved
 ``config.yaml``.
 
@@ -37,8 +38,11 @@ POINT_SEP = "-"
 """What joins a sweep point's ``key=value`` pairs in its folder's name (``ratio=25-seed=1``; no commas: wandb run ids
 reject them)."""
 
-IGNORED_KEYS = ("seed", "name", "experiment", "runs_dir", "resume")
-"""Settings that never tell points apart (``seed`` is what a point averages over)."""
+WARMUP_SEED = "model.warmup.seed"
+"""The seed of the built-in model's warm-up: a sweep over it draws warm-up models, a random unit like ``seed``."""
+
+IGNORED_KEYS = ("seed", WARMUP_SEED, "name", "experiment", "runs_dir", "resume")
+"""Settings that never tell points apart (``seed`` and the warm-up model it starts from are what a point averages over)."""
 
 SOURCES = SOURCE_NAMES
 """Token sources: unseeded samples, behaviour-policy prefixes, the current policy's continuations."""
@@ -61,6 +65,9 @@ class Run:
             ``base_model.weights_sha256``), None for another model or when unknown.
         arithmetic: what decided its rounding (its manifest's ``arithmetic``, :func:`tsctl.io.rounding.label`),
             None when not recorded.
+        warmup: which warm-up model it started from, as a sweep over ``model.warmup.seed`` names them: that seed in its
+            ``config.yaml``, None when the config has none (every such run counts as one model); the weights that
+            warm-up gave are ``base_weights``.
     """
 
     path: Path
@@ -74,6 +81,7 @@ class Run:
     base_weights: Optional[str] = None
     arithmetic: Optional[str] = None
     dirty: Optional[bool] = None
+    warmup: Optional[str] = None
 
     @functools.cached_property
     def train_records(self) -> list[dict[str, Any]]:
@@ -134,7 +142,7 @@ def load_run(path: Path) -> Run:
     final = json.loads((path / FINAL_EVAL).read_text()) if (path / FINAL_EVAL).is_file() else {}
     return Run(path, run_status(path, manifest), manifest.get("error"), settings, run.read_metrics(), final, settings.get("seed"),
                manifest.get("git_revision"), base_weights(manifest), arithmetic_label(manifest["arithmetic"]) if manifest.get("arithmetic") else None,
-               manifest.get("git_dirty"))
+               manifest.get("git_dirty"), settings.get(WARMUP_SEED))
 
 
 def is_done(run: RunDir) -> bool:
@@ -223,12 +231,19 @@ def revision_warnings(points: list[Point]) -> list[str]:
 
 
 def base_model_warnings(points: list[Point]) -> list[str]:
-    """A line when the points' completed runs started from built-in models with different weights (warmed up
-    on different machines, whose arithmetic differed); runs whose manifest has no digest are left aside."""
+    """A line when the points' completed runs of one warm-up model (:attr:`Run.warmup`: one warm-up seed) started from
+    built-in models with different weights (warmed up on different machines, whose arithmetic differed); runs whose
+    manifest has no digest are left aside. A sweep over ``model.warmup.seed`` gets none for its warm-up models' own
+    weights: its comparisons pair runs by warm-up model and seed."""
     counts = Counter(run.base_weights for p in points for run in p.used if run.base_weights)
+    by_warmup: dict[Optional[str], set[str]] = {}
+    for run in (run for p in points for run in p.used if run.base_weights):
+        by_warmup.setdefault(run.warmup, set()).add(run.base_weights)
+    if all(len(weights) == 1 for weights in by_warmup.values()):
+        return []
     return _mixed(counts, "the runs started from {n} different built-in models", "(manifest.json, base_model.weights_sha256); "
                   "a difference between points may come from the starting weights: train every point from one warmed-up "
-                  "model (copy its _models folder, or model.cache_dir, to the other machines)")
+                  "model per warm-up seed (copy its _models folder, or model.cache_dir, to the other machines)")
 
 
 def arithmetic_warnings(points: list[Point]) -> list[str]:

@@ -11,7 +11,10 @@ is ``delta``, ``T`` follows the noncentral t distribution with ``n - 1`` degrees
 The MDE is the ``delta`` whose power is the target (80% by default): ``MDE = lambda* * s / sqrt(n)`` with
 ``lambda*`` solving ``power = target``. It is close to, and slightly above, the textbook approximation
 ``(t_{n-1, 1-alpha/2} + t_{n-1, power}) * s / sqrt(n)``. It takes the observed ``s`` as the true one, so it
-describes this design at this spread, one comparison at a time (before any multiple-comparison correction).
+describes this design at this spread, one comparison at a time (before any multiple-comparison correction). When a
+comparison's runs come from two or more warm-up models, the units are the warm-up models (:mod:`~tsctl.analysis.nested`):
+``n`` is their number and ``s`` the spread of their mean differences, whose variance is the warm-up model's component
+plus that of the mean of ``S`` seeds: more seeds per warm-up model cannot take it below the first.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ point also gets the method's four claims assessed (:mod:`~tsctl.analysis.claims`
 
 Rooms: :mod:`~tsctl.analysis.points` reads run folders and groups them into points,
 :mod:`~tsctl.analysis.compare` computes intervals and paired comparisons (:mod:`tsctl.analysis.stats`; over seeds
-and problems together, :mod:`~tsctl.analysis.crossed`),
+and problems together, :mod:`~tsctl.analysis.crossed`; over warm-up models, the seeds nested in them and problems,
+:mod:`~tsctl.analysis.nested`, for a sweep over ``model.warmup.seed``),
 Holm-adjusted within each family (:mod:`~tsctl.analysis.families`), with the minimum detectable effect of each
 (:mod:`~tsctl.analysis.power`) and their verdicts and bounds put into words by :mod:`~tsctl.analysis.wording`;
 :mod:`~tsctl.analysis.tables` writes them as text, :mod:`~tsctl.analysis.plots` and

@@ -6,12 +6,17 @@ import csv
 import io
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from tsctl.analysis.claims import Assessed
 from tsctl.analysis.compare import Row, Summary
+from tsctl.analysis.nested import Components, contributions
 from tsctl.analysis.points import TAIL, Point, header, higher_is_better
 from tsctl.analysis.stats import Interval
 from tsctl.analysis.wording import rules_out
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def fmt(cell: Interval | None) -> str:
@@ -49,15 +54,44 @@ def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def is_nested(rows: list[Row]) -> bool:
+    """Whether some comparison's runs come from two or more warm-up models (a random unit, :mod:`~tsctl.analysis.nested`)."""
+    return any(r.warmups > 1 for r in rows)
+
+
+def _span(values: Iterable[int]) -> str:
+    """``2``, or ``8-16`` when the values differ; empty for none."""
+    found = sorted(set(values))
+    return "" if not found else str(found[0]) if len(found) == 1 else f"{found[0]}-{found[-1]}"
+
+
+def design(rows: list[Row]) -> str:
+    """The design of a table's comparisons, for its heading: ``warm-up models random (W), seeds nested (S each),
+    crossed with problems (P)``, or ``warm-up model fixed (one), training seeds (S), crossed with problems (P)``
+    (ranges where the rows differ; no problems without per-problem results)."""
+    problems = _span(r.problems for r in rows if r.problems)
+    crossed = f", crossed with problems ({problems})" if problems else ""
+    random = [r for r in rows if r.warmups > 1]
+    if not random:
+        return f"warm-up model fixed (one), training seeds ({_span(len(r.seeds) for r in rows)}){crossed}"
+    seeds = _span(len(r.seeds) // r.warmups for r in random)
+    return f"warm-up models random ({_span(r.warmups for r in random)}), seeds nested ({seeds} each){crossed}"
+
+
 def comparison_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted rows of the paired comparisons."""
+    """Header and formatted rows of the paired comparisons (over warm-up models where they are random)."""
     head = ["point", "vs baseline", "metric", "seeds", "point mean", "baseline mean", "diff (by seed)", "CI (by seed)",
             "p (paired t)", "diff (by problem)", "CI (by problem)", "p (seeds and problems)", "p (Holm)", "verdict"]
+    nested = is_nested(rows)
+    if nested:
+        head[3], head[11] = "warm-ups × seeds", "p (warm-ups, seeds and problems)"
+        head[6:9] = ["diff (by warm-up)", "CI (by warm-up)", "p (t over warm-ups)"]
     out = []
     for r in rows:
         b = r.by_problem
+        pairs = f"{r.warmups}×{len(r.seeds) // r.warmups}" if nested else str(len(r.seeds))
         out.append([
-            r.point.label, r.baseline.label, header(r.metric), str(len(r.seeds)), f"{r.setting_mean:.3f}", f"{r.baseline_mean:.3f}",
+            r.point.label, r.baseline.label, header(r.metric), pairs, f"{r.setting_mean:.3f}", f"{r.baseline_mean:.3f}",
             _signed(r.by_seed.diff.mean), _interval(r.by_seed.diff.low, r.by_seed.diff.high), _p(r.by_seed.p_value),
             _signed(b.diff.mean) if b else "–", _interval(b.diff.low, b.diff.high) if b else "–", _p(b.p_value) if b else "–",
             _p(r.p_holm), r.verdict,
@@ -68,7 +102,8 @@ def comparison_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
 def bounds_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Header and formatted rows of what each comparison rules out: the deciding interval, the verdict, the
     bounds it puts on gains and losses, and the minimum detectable effect of the design."""
-    head = ["point", "metric", "CI (deciding)", "verdict", "bounds (from the CI)", "MDE (80% power, by seed)"]
+    head = ["point", "metric", "CI (deciding)", "verdict", "bounds (from the CI)",
+            f"MDE (80% power, by {'warm-up model' if is_nested(rows) else 'seed'})"]
     out = []
     for r in rows:
         c = r.decided
@@ -77,16 +112,56 @@ def bounds_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     return head, out
 
 
+COMPONENTS = ("warmup", "seed", "problem", "warmup_x_problem", "residual")
+"""The fields of :class:`~tsctl.analysis.nested.Components`, in the order the tables print them."""
+
+
+def _component(value: float, share: float) -> str:
+    """``0.0056 (97%)``: a variance component and its share of the mean difference's variance; ``–`` when not estimable."""
+    return "–" if math.isnan(value) else f"{value:.2g} ({share:.0%})"
+
+
+def components_rows(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted rows of each comparison's variance components (:mod:`~tsctl.analysis.nested`), each with
+    its share of the variance of the mean difference."""
+    head = ["point", "metric", "warm-up model", "training seed", "problem", "warm-up × problem", "residual"]
+    out = []
+    for r in rows:
+        c = r.components or Components(*[math.nan] * len(COMPONENTS))
+        terms = [getattr(contributions(c, r.warmups, len(r.seeds) // r.warmups, r.problems or 1), k) for k in COMPONENTS]
+        total = sum(t for t in terms if not math.isnan(t))
+        shares = [t / total if total > 0 else 0.0 for t in terms]
+        out.append([r.point.label, header(r.metric), *(_component(getattr(c, k), share) for k, share in zip(COMPONENTS, shares))])
+    return head, out
+
+
+def components_notes(rows: list[Row]) -> str:
+    """What the variance components are, and what one warm-up model cannot say."""
+    text = ("Variance components of each difference by the method of moments (`tsctl.analysis.nested`), floored at 0, "
+            "each with its share of the variance of the mean difference, warm-up model / W + training seed / (W S) + problem / P "
+            "+ warm-up × problem / (W P) + residual / (W S P) for W warm-up models, S seeds each and P problems; – where the "
+            "design cannot estimate one (without per-problem results the training seed's is the whole spread of runs).")
+    if is_nested(rows):
+        return text + (" The warm-up model's share is what more seeds per warm-up model cannot reduce: halving it takes "
+                       "twice the warm-up models.")
+    return text + (" Warm-up variance is not estimable from one warm-up model: these intervals hold for this warm-up model "
+                   "only (sweep `model.warmup.seed` to make the warm-up model a random unit).")
+
+
 def notes(summary: Summary) -> str:
     """What the numbers are, for the Markdown page."""
     level = f"{summary.level:.0%}"
-    return (
+    text = (
         f"Cells are mean ± sample std [{level} Student-t confidence interval] over seeds (completed runs). "
         "Held-out greedy accuracy and pass@k (fractions) are for the final checkpoint (`final_eval.json`; without it, "
         f"the last in-training evaluation). Entropy by token source (nats/token) is the mean over the last {TAIL:.0%} of "
         "training steps, clipped tokens by source (% of tokens) the mean over all training steps; plain = unseeded "
         "samples, prefix = behaviour-policy prefix tokens, suffix = the continuation of a seeded sample."
     )
+    if any(len({r.warmup for r in p.used}) > 1 for p in summary.points):
+        text += (" A point whose runs come from two or more warm-up models has its cells over the warm-up models' means "
+                 "of their seeds (n = warm-up models), the warm-up model a random unit.")
+    return text
 
 
 COMPARISON_NOTES = (
@@ -106,10 +181,24 @@ COMPARISON_NOTES = (
 )
 
 
-def comparison_notes(summary: Summary, margin: float | None = None) -> str:
-    """What the comparison tables say and how they were computed, with the equivalence margin when one was given."""
+NESTED_NOTES = (
+    " Where the runs come from two or more warm-up models (a sweep over `model.warmup.seed`; each run's manifest names "
+    "the weights it started from, base_model.weights_sha256), runs pair by warm-up model and seed, and the warm-up model "
+    "is a random unit: the columns by warm-up are the paired t over the warm-up models' mean differences, and by problem "
+    "the warm-up models are a random effect with the training seeds nested in them, crossed with the problems (method "
+    "of moments on the per-problem differences), both on W - 1 degrees of freedom, so every interval also covers which "
+    "warm-up models were drawn. The MDE is that of the t over the warm-up models, the equivalence test is over them too. "
+    "A warm-up model with more paired seeds than another contributes its first S, S the fewest any has. Under simulated "
+    "nulls with the variance components of the records' two warm-up models at lr 2e-4 it calls a difference 3-6% of "
+    "the time, where the test of one warm-up model's seeds and problems calls 14-63%."
+)
+
+
+def comparison_notes(summary: Summary, margin: float | None = None, rows: Sequence[Row] = ()) -> str:
+    """What the comparison tables say and how they were computed, with the equivalence margin when one was given, and
+    the nested design when some of ``rows`` come from two or more warm-up models."""
     alpha = f"{1 - summary.level:.2g}"
-    text = COMPARISON_NOTES.format(level=f"{summary.level:.0%}", alpha=alpha)
+    text = COMPARISON_NOTES.format(level=f"{summary.level:.0%}", alpha=alpha) + (NESTED_NOTES if is_nested(list(rows)) else "")
     if margin is None:
         return text + " No equivalence margin was given (`report.equivalence_margin`), so no equivalence test was run."
     return text + (f" Held-out metrics are also tested for equivalence within ±{margin:g} (TOST over seeds, Holm-adjusted "
@@ -126,9 +215,10 @@ def markdown(summary: Summary, comparisons: list[Row], baseline: str, title: str
     """The report as Markdown: summary, notes, comparisons with what they rule out, failures and the plots."""
     lines = [f"# {title}", "", *md_table(*table_rows(summary)), "", notes(summary), ""]
     if comparisons:
-        lines += [f"## Paired comparisons against {baseline}", "", *md_table(*comparison_rows(comparisons)), ""]
+        lines += [f"## Paired comparisons against {baseline}: {design(comparisons)}", "", *md_table(*comparison_rows(comparisons)), ""]
         lines += ["What each comparison rules out:", "", *md_table(*bounds_rows(comparisons)), ""]
-        lines += [comparison_notes(summary, margin), ""]
+        lines += [f"Variance components of each difference ({design(comparisons)}):", "", *md_table(*components_rows(comparisons)), ""]
+        lines += [comparison_notes(summary, margin, comparisons), "", components_notes(comparisons), ""]
     failed = failures_text(summary.points)
     if failed:
         lines += ["## Failed or unfinished runs", "", *(f"- {line}" for line in failed), ""]
@@ -164,14 +254,16 @@ def comparisons_csv(rows: list[Row]) -> str:
     writer = csv.writer(buffer)
     writer.writerow(["point", "baseline", "metric", "seeds", "point_mean", "baseline_mean", "diff_by_seed", "ci_low_by_seed",
                      "ci_high_by_seed", "p_paired_t", "diff_by_problem", "ci_low_by_problem", "ci_high_by_problem", "p_by_problem",
-                     "p_holm", "mde_80_by_seed", "p_equivalence", "p_equivalence_holm", "verdict"])
+                     "p_holm", "mde_80_by_seed", "p_equivalence", "p_equivalence_holm", "verdict", "warmup_models",
+                     *(f"var_{k}" for k in COMPONENTS)])
     for r in rows:
         s, b = r.by_seed, r.by_problem
         by_problem = [_number(x) for x in (b.diff.mean, b.diff.low, b.diff.high, b.p_value)] if b else ["", "", "", ""]
         equivalence = [_number(x) for x in (r.p_equivalence, r.p_equivalence_holm)] if r.p_equivalence is not None else ["", ""]
         writer.writerow([r.point.label, r.baseline.label, r.metric, len(r.seeds), _number(r.setting_mean), _number(r.baseline_mean),
                          *(_number(x) for x in (s.diff.mean, s.diff.low, s.diff.high, s.p_value)), *by_problem,
-                         _number(r.p_holm), _number(r.mde), *equivalence, r.verdict])
+                         _number(r.p_holm), _number(r.mde), *equivalence, r.verdict, r.warmups,
+                         *(_number(getattr(r.components, k)) if r.components else "" for k in COMPONENTS)])
     return buffer.getvalue()
 
 
@@ -191,6 +283,18 @@ def _width(head: list[str], rows: list[list[str]]) -> int:
     return sum(max(len(cell) for cell in column) + 3 for column in zip(head, *rows)) + 1
 
 
+def _rich_table(title: str, head: list[str], rows: list[list[str]]) -> Table:
+    """A console table of ``rows`` under ``head``."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name in head:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title: str, warnings: list[tuple[str, str]] = ()) -> None:
     """The summary (a row per metric when that fits, else a row per point), the verdicts, the failures and
     the ``warnings`` (kind, text) on the console."""
@@ -208,7 +312,8 @@ def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title:
         table.add_row(*row)
     console.print(table)
     if comparisons:
-        verdicts = Table(title=f"Paired against {baseline} (point - baseline; p (Holm) over the whole table decides)", title_justify="left")
+        verdicts = Table(title=f"Paired against {baseline} ({design(comparisons)}; point - baseline; p (Holm) over the whole table decides)",
+                         title_justify="left")
         for name in ("point", "metric", "diff", f"{summary.level:.0%} CI", "p", "p (Holm)", "verdict"):
             verdicts.add_column(name, overflow="fold")
         for r in comparisons:
@@ -216,13 +321,17 @@ def print_tables(summary: Summary, comparisons: list[Row], baseline: str, title:
             verdicts.add_row(r.point.label, header(r.metric), _signed(c.diff.mean), f"{_interval(c.diff.low, c.diff.high)} ({r.how})",
                              _p(c.p_value), _p(r.p_holm), r.verdict)
         console.print(verdicts)
-        bounds = Table(title="What each interval rules out, and the smallest effect the seeds could detect", title_justify="left")
+        units = "warm-up models" if is_nested(comparisons) else "seeds"
+        bounds = Table(title=f"What each interval rules out, and the smallest effect the {units} could detect", title_justify="left")
         head, rows = bounds_rows(comparisons)
         for name in (head[0], head[1], head[4], head[5]):
             bounds.add_column(name, overflow="fold")
         for row in rows:
             bounds.add_row(row[0], row[1], row[4], row[5])
         console.print(bounds)
+        console.print(_rich_table(f"Variance components ({design(comparisons)}; share of the mean difference's variance)",
+                                  *components_rows(comparisons)))
+        console.print(components_notes(comparisons), highlight=False, soft_wrap=True)
     for line in failures_text(summary.points):
         console.print(f"[red]{line}[/red]", highlight=False)
     for kind, line in warnings:

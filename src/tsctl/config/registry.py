@@ -1,6 +1,6 @@
 """Named implementations of a config value: the one registry helper.
 
-A config key that names an implementation (``algo.loss``, ``truncation``, ``task.name``,
+A config key that names an implementation (``algo.aggregation``, ``truncation``, ``task.name``,
 ``engine.name``, ``seeds.selector``, ``seeds.source``) has a :class:`Registry`: implementations
 register under their name with :meth:`Registry.register`, declaring what they need (the keyword
 arguments the registry lists, e.g. ``SELECTORS.register("bandit", pool=True, arm_log=True)``);

@@ -4,7 +4,7 @@ OmegaConf already rejects unknown keys and wrong types while composing; :func:`v
 is left (ranges, fixed choices, knobs that must agree), one module of :mod:`tsctl.config.checks` per
 schema module, and raises :class:`ConfigError` naming the key and what is allowed; first, every number in the
 range of the library that receives it (:mod:`tsctl.config.checks.numbers`). Names that must
-exist in a registry of a higher layer (``algo.loss``, ``truncation``, ``task.name``, ``engine.name``,
+exist in a registry of a higher layer (``algo.aggregation``, ``truncation``, ``task.name``, ``engine.name``,
 ``seeds.selector``, ``seeds.source``, ...), what those entries declare they need (a task's own
 settings, a seed source's path) and checks that need a package's own logic (how many samples
 ``ratio`` seeds) are checked by the command's composition step, :mod:`tsctl.runconfig`.

@@ -21,8 +21,8 @@ from tsctl.config.store import registered_schema
 PLACE_KEYS = ("runs_dir", "experiment", "name", "resume")
 """Keys that place a run rather than define it: a run folder moved elsewhere resumes there."""
 
-DERIVED_KEYS = ("seeded",)
-"""Keys tsctl derives from others and writes into a run's config (``seeded``): one a saved config lacks is no change."""
+DERIVED_KEYS = ("seeded_per_group",)
+"""Keys tsctl derives from others and writes into a run's config (``seeded_per_group``): one a saved config lacks is no change."""
 
 ABSENT = "(absent)"
 """How a key one config lacks shows in a change."""

@@ -15,13 +15,18 @@ start, ``config_sha256``: the digest of the config it started with, :func:`confi
 A folder that ``tsctl train`` (or a point of ``tsctl ablate``) is to write (:func:`place_problem`) must resolve inside
 the runs folder (itself possibly a link), and where it exists without ``config.yaml`` it may hold only what a start
 leaves (:data:`START_ENTRIES`): another run's records without their config are refused as above, any other file as a
-folder that is not a run. Nothing is written by these checks: each returns the one line of the refusal, or None.
+folder that is not a run. A run or sweep folder that ``tsctl eval`` or ``tsctl report`` is named to read
+(:func:`write_place_problem`) may lie anywhere (a run copied from another machine, ``docs/results/``) unless it is named
+inside the runs folder, where it must resolve inside it as a run ``train`` writes does; what they write into it
+(``eval/``, ``plots/``, ``report/``) must resolve inside the folder named, not through a link out of it. Nothing is
+written by these checks: each returns the one line of the refusal, or None.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -106,6 +111,22 @@ def outside_runs(path: Path, runs_dir: Path) -> str | None:
     if not real.is_relative_to(runs):
         return (f"{path} leads to {real}, outside the runs folder {runs} (through a link), and runs are written only inside it; "
                 "remove the link, or choose another name=... (or experiment=...)")
+    return None
+
+
+def write_place_problem(folder: Path, written: Path, runs_dir: Path) -> str | None:
+    """Why a command that reads the run or sweep folder ``folder``, named by the user (``eval.checkpoint``, ``tsctl report``'s
+    path), may not write ``written`` inside it (``eval/step-N``, ``plots``, ``report``), or None (module docstring); the
+    runs folder ``runs_dir`` may be ``folder`` itself (what ``tsctl eval`` writes of a model that is not a run's)."""
+    try:
+        real, runs, target = folder.resolve(), runs_dir.resolve(), written.resolve()
+    except (OSError, RuntimeError) as err:  # a loop of links
+        return f"{written} cannot be resolved ({err}); remove the link"
+    if Path(os.path.abspath(folder)).is_relative_to(os.path.abspath(runs_dir)) and not real.is_relative_to(runs):
+        return (f"{folder} leads to {real}, outside the runs folder {runs} (through a link), and what is named inside the runs folder "
+                f"is written only inside it; remove the link, or name {real} itself")
+    if not target.is_relative_to(real):
+        return f"{written} leads to {target}, outside {real} (through a link), and would be written there; remove the link"
     return None
 
 

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.schema import TsctlConfig
 from tsctl.io import atomic
 from tsctl.io.config_diff import config_changes
@@ -59,10 +60,9 @@ def run_name(cfg: TsctlConfig) -> str:
     """``cfg.name`` or a name from the sweep knobs: ``ratio25-uniform-refresh10-seed0``."""
     if cfg.name:
         return cfg.name
-    ratio = f"{cfg.ratio:g}"
-    if cfg.ratio == 0:
+    if not uses_seeds(cfg):
         return f"ratio0-seed{cfg.seed}"
-    return f"ratio{ratio}-{cfg.truncation}-refresh{cfg.refresh}-seed{cfg.seed}"
+    return f"ratio{cfg.ratio:g}-{cfg.truncation}-refresh{cfg.refresh}-seed{cfg.seed}"
 
 
 def shard_dir(cfg: TsctlConfig) -> Path:

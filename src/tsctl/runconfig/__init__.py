@@ -20,13 +20,13 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from tsctl.config.compose import Composed, compose_node
+from tsctl.config.knobs import seeded_count
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.validate import validate
 from tsctl.runconfig.idle import idle_settings
 from tsctl.runconfig.names import check_names
 from tsctl.runconfig.needs import check_needs
 from tsctl.runconfig.registries import schema
-from tsctl.seeds.base import seeded_count
 
 __all__ = ["check", "checked", "compose_config", "idle_settings"]
 
@@ -44,10 +44,10 @@ def compose_config(overrides: list[str] | None = None, idle: bool = False, comma
 
 
 def checked(node: DictConfig, cfg: TsctlConfig, idle: bool = False) -> Composed:
-    """``cfg`` checked (:func:`check`), with the derived ``seeded`` (samples per group that continue a seed) set in it
-    and in ``node``, which a run saves as its config."""
+    """``cfg`` checked (:func:`check`), with the derived ``seeded_per_group`` (samples per group that continue a seed) set
+    in it and in ``node``, which a run saves as its config."""
     cfg = check(cfg, idle)
-    cfg.seeded = node.seeded = seeded_count(cfg)
+    cfg.seeded_per_group = node.seeded_per_group = seeded_count(cfg)
     return Composed(node=node, cfg=cfg)
 
 

@@ -4,7 +4,7 @@ Every key whose effect depends on another key, and the decision for each (a non-
 that is *refused* is one the user clearly expects to change the run; one *left* is harmless or
 set by a group or preset file on purpose):
 
-- ``ratio=0`` (no seeds; :func:`tsctl.seeds.base.uses_seeds`): ``truncation``, ``refresh``,
+- ``ratio=0`` (no seeds; :func:`tsctl.config.knobs.uses_seeds`): ``truncation``, ``refresh``,
   every ``seeds.*`` key, ``algo.prefix_clip_c`` and ``algo.stale_mask`` are read only by Thinking Seeds: refused.
 - ``truncation``: the ``seeds.*`` keys each strategy declares it ``reads`` (``seeds.fraction``
   for ``fixed``, ``seeds.lo``/``seeds.hi`` for ``uniform`` and ``boundary``, ``seeds.entropy_window``
@@ -23,7 +23,7 @@ set by a group or preset file on purpose):
 - ``algo.stale_mask``: a mask with ``seeds.train_prefix=false`` (no seed-prefix token in the loss), or with
   ``seeds.source=traces`` and ``seeds.trace_logprobs=exclude|shaping`` (no prefix token in the loss, or none with a
   ratio to bound): refused; the keys of another mask's settings block (``algo.m2po.*`` without ``m2po``): refused, as below.
-- ``algo.adv_estimator``, ``algo.policy_loss``, ``algo.loss``: the ``algo.*`` keys another entry declares it ``reads``
+- ``algo.adv_estimator``, ``algo.policy_loss``, ``algo.aggregation``: the ``algo.*`` keys another entry declares it ``reads``
   (``algo.norm_adv_by_std``/``algo.adv_eps`` without the estimator ``grpo``; ``algo.clip_low``/``clip_high``/``clip_c``
   with the policy loss ``cispo``, and ``algo.prefix_clip_c`` with one that declares no ``prefix_clip``), and every key
   of another entry's settings block (``algo.cispo.*`` without ``cispo``): refused.
@@ -57,6 +57,7 @@ from tsctl.algo.aggregations import AGGREGATIONS
 from tsctl.algo.losses import POLICY_LOSSES
 from tsctl.algo.stale_masks import STALE_MASKS
 from tsctl.config.errors import ConfigError
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.registry import Registry
 from tsctl.config.schema import TsctlConfig
 from tsctl.config.schema.model import LoraConfig
@@ -83,7 +84,7 @@ def _changed(section: Any, default: Any, key: str) -> bool:
 def idle_settings(cfg: TsctlConfig) -> list[ConfigError]:
     """One :class:`ConfigError` per key of ``cfg`` set away from its default that cannot take effect (see the module
     docstring); the registries' entries declare what they read and keep."""
-    found = _without_seeds(cfg) if cfg.ratio == 0 else _seeds(cfg)
+    found = _seeds(cfg) if uses_seeds(cfg) else _without_seeds(cfg)
     for registry in ALGO_ENTRIES:
         found += _entry_keys(cfg.algo, registry)
     found += _algo_and_trainer(cfg)
@@ -193,7 +194,7 @@ def _algo_and_trainer(cfg: TsctlConfig) -> list[Idle]:
         found.append(("algo.rollout_correction_cap", "algo.rollout_correction=none weights no token", "set algo.rollout_correction=tis or mis, or drop it"))
     if al.kl_coef == 0 and _changed(al, _ALGO, "ref_placement"):
         found.append(("algo.ref_placement", "algo.kl_coef=0 loads no reference model", "set algo.kl_coef > 0 or drop it"))
-    if al.stale_mask != "none" and cfg.ratio > 0 and not cfg.seeds.train_prefix:
+    if al.stale_mask != "none" and uses_seeds(cfg) and not cfg.seeds.train_prefix:
         found.append(("algo.stale_mask", "seeds.train_prefix=false leaves no seed-prefix token in the loss to mask", "drop one of them"))
     if al.kl_coef == 0 and _changed(al, _ALGO, "kl_type"):
         found.append(("algo.kl_type", "algo.kl_coef=0 has no KL term", "set algo.kl_coef > 0 (e.g. algo.kl_coef=0.1) or drop it"))

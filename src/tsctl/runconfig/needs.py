@@ -8,10 +8,10 @@ from pathlib import Path
 
 from tsctl.algo.advantages import ADVANTAGES
 from tsctl.config.errors import ConfigError
+from tsctl.config.knobs import inexact_ratio, refreshes, seeded_count
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.own_logprobs import check_old_logprobs
 from tsctl.engines.registry import ENGINES
-from tsctl.seeds.base import inexact_ratio, seeded_count
 from tsctl.seeds.selectors import SELECTORS
 from tsctl.seeds.sources import SOURCES
 from tsctl.seeds.truncation import STRATEGIES
@@ -29,12 +29,14 @@ def check_needs(cfg: TsctlConfig) -> None:
 
 
 def _ratio(cfg: TsctlConfig) -> None:
-    """``ratio`` seeds a whole number of samples per group, ``seeded`` (derived) agrees, ``adv_group=plain`` keeps plain samples."""
+    """``ratio`` seeds a whole number of samples per group, at least one (the one check of it, before any model is built),
+    ``seeded_per_group`` (derived) agrees, ``adv_group=plain`` keeps plain samples."""
     if (inexact := inexact_ratio(cfg)) is not None:
         raise ConfigError("ratio", inexact)
-    if cfg.seeded is not None and cfg.seeded != seeded_count(cfg):
-        raise ConfigError("seeded", f"{cfg.seeded} is derived from ratio and trainer.n (round({cfg.trainer.n} x {cfg.ratio:g} / 100) = "
-                          f"{seeded_count(cfg)}) and tsctl records it itself; drop it, or set the ratio that seeds {cfg.seeded}")
+    given = cfg.seeded_per_group
+    if given is not None and given != seeded_count(cfg):
+        raise ConfigError("seeded_per_group", f"{given} is derived from ratio and trainer.n (round({cfg.trainer.n} x {cfg.ratio:g} / 100) = "
+                          f"{seeded_count(cfg)}) and tsctl records it itself; drop it, or set the ratio that seeds {given}")
     if cfg.seeds.adv_group == "plain" and seeded_count(cfg) >= cfg.trainer.n:
         raise ConfigError("seeds.adv_group", f"'plain' needs plain samples in every group, but ratio={cfg.ratio:g} seeds all n={cfg.trainer.n}; lower ratio or use seeds.adv_group=all")
 
@@ -61,7 +63,10 @@ def _seeds(cfg: TsctlConfig) -> None:
             raise ConfigError("seeds.selector", f"{s.selector!r} chooses among the run's own snapshots, but seeds.source={s.source}; use seeds.selector=latest")
         if s.pool_size < 2:
             raise ConfigError("seeds.pool_size", f"seeds.selector={s.selector} needs a pool of 2 or more snapshots to choose from (got {s.pool_size}); e.g. seeds.pool_size=4")
-        if cfg.refresh == 0:
+        if not refreshes(cfg):
             raise ConfigError("seeds.selector", f"{s.selector!r} needs snapshots from several refresh windows, but refresh=0 keeps only the initial model; set refresh > 0")
+    if STRATEGIES.needs(cfg.truncation).controller and not refreshes(cfg):
+        raise ConfigError("truncation", f"{cfg.truncation!r} places seeds from what earlier refresh windows measured, but refresh=0 makes the whole run one window "
+                          "(it would cut as 'uniform' throughout); set refresh > 0 (e.g. refresh=10) or truncation=uniform")
     if not source.entropies and STRATEGIES.needs(cfg.truncation).entropies:
         raise ConfigError("truncation", f"{cfg.truncation!r} needs the behaviour policy's entropies, which seeds.source={s.source} does not give; choose another truncation")

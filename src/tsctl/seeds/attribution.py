@@ -41,8 +41,9 @@ def pow2_bin(x: int) -> str:
     return f"{lo}-{2 * lo - 1}"
 
 
-def attribution_metrics(samples: Sequence[Sample], advantages: torch.Tensor, step: int, refresh: int) -> dict[str, float]:
-    """The ``seeds/by_*`` metrics of step ``step`` (0-based) from its samples and their advantages [B]."""
+def attribution_metrics(samples: Sequence[Sample], advantages: torch.Tensor, step: int, length: int) -> dict[str, float]:
+    """The ``seeds/by_*`` metrics of step ``step`` (0-based) from its samples and their advantages [B], in a run of refresh
+    windows of ``length`` steps (:func:`~tsctl.config.knobs.window_length`)."""
     splits: dict[str, list[tuple[float, float]]] = {}
     for s, adv in zip(samples, advantages.tolist()):
         if not s.seeded:
@@ -50,7 +51,7 @@ def attribution_metrics(samples: Sequence[Sample], advantages: torch.Tensor, ste
         source = source_of(s.behaviour_checkpoint)
         keys = [f"by_age/{pow2_bin(max(0, step - s.behaviour_step))}", f"by_prefix/{pow2_bin(len(s.prefix_ids))}", f"by_source/{source}"]
         if SOURCES.needs(source).own:
-            keys.append(f"by_arm/{arm_of(s.behaviour_step, step, refresh)}")
+            keys.append(f"by_arm/{arm_of(s.behaviour_step, step, length)}")
         for key in keys:
             splits.setdefault(key, []).append((float(s.reward >= 1.0), adv))
     out = {}
@@ -62,12 +63,12 @@ def attribution_metrics(samples: Sequence[Sample], advantages: torch.Tensor, ste
     return out
 
 
-def arm_rewards(samples: Sequence[Sample], advantages: torch.Tensor, step: int, refresh: int) -> dict[int, tuple[float, int]]:
-    """``{arm: (sum of advantages, seeded samples)}`` of the step's seeds from the run's own snapshots."""
+def arm_rewards(samples: Sequence[Sample], advantages: torch.Tensor, step: int, length: int) -> dict[int, tuple[float, int]]:
+    """``{arm: (sum of advantages, seeded samples)}`` of the step's seeds from the run's own snapshots (windows of ``length`` steps)."""
     out: dict[int, tuple[float, int]] = {}
     for s, adv in zip(samples, advantages.tolist()):
         if s.seeded and SOURCES.needs(source_of(s.behaviour_checkpoint)).own:
-            arm = arm_of(s.behaviour_step, step, refresh)
+            arm = arm_of(s.behaviour_step, step, length)
             total, count = out.get(arm, (0.0, 0))
             out[arm] = (total + adv, count + 1)
     return out

@@ -27,6 +27,7 @@ import torch
 from rich.markup import escape
 from transformers import PreTrainedModel
 
+from tsctl.config.knobs import seeded_count, window_length
 from tsctl.config.rng import Stream, rank_seed, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import all_gather_objects, barrier, current
@@ -40,7 +41,7 @@ from tsctl.models.loading import load_model
 from tsctl.models.lora import swapped_adapter
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
-from tsctl.seeds.base import Seed, seeded_count, seeds_from_table, window
+from tsctl.seeds.base import Seed, seeds_from_table, window
 from tsctl.seeds.behaviour import WindowWriter
 from tsctl.seeds.shard_limits import row_limits
 from tsctl.tasks.base import Problem, Task
@@ -61,8 +62,6 @@ class SeedBank:
         self.folder, self.cfg, self.formatter, self.task, self.problems = folder, cfg, formatter, task, problems
         self.checkpoints, self.base = checkpoints, base
         self.k = seeded_count(cfg)
-        if self.k < 1:
-            raise ValueError(f"a seed bank needs seeded samples; ratio={cfg.ratio:g} of trainer.n={cfg.trainer.n} seeds none")
         self.start = -1
         self.rows: list[Seed] = []
         self.ids: list[str] = []
@@ -71,7 +70,7 @@ class SeedBank:
 
     def window(self, step: int) -> tuple[int, int]:
         """First and one-past-last step served by the shard that covers ``step``."""
-        return window(step, self.cfg.refresh, self.cfg.trainer.steps)
+        return window(step, window_length(self.cfg), self.cfg.trainer.steps)
 
     def path(self, first: int) -> Path:
         return self.folder / f"step-{first:06d}.parquet"

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from tsctl.config.knobs import window_length
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.world import current
@@ -111,16 +112,16 @@ class WindowWriter:
     def observe(self, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> dict[str, float]:
         """Step ``step``'s (0-based) attribution metrics; the bandit also records what each arm earned."""
         if self.log is not None and current().main:  # under torchrun every rank observes the gathered samples
-            self.log.append(step + 1, arm_rewards(samples, advantages, step, self.cfg.refresh))
+            self.log.append(step + 1, arm_rewards(samples, advantages, step, window_length(self.cfg)))
         if self.controller is None:
-            return attribution_metrics(samples, advantages, step, self.cfg.refresh)
+            return attribution_metrics(samples, advantages, step, window_length(self.cfg))
         if current().main:
             self.controller.observe(step + 1, samples)
-        return attribution_metrics(samples, advantages, step, self.cfg.refresh) | controller_metrics(samples)
+        return attribution_metrics(samples, advantages, step, window_length(self.cfg)) | controller_metrics(samples)
 
     def age(self, snap: Snapshot, first: int) -> int:
         """The arm of ``snap`` in the window opening at ``first``: its age in refresh windows."""
-        return arm_of(snap.step, first, self.cfg.refresh)
+        return arm_of(snap.step, first, window_length(self.cfg))
 
     def stats(self, first: int, arms: Sequence[Snapshot]) -> ArmStats:
         """What the selector sees: the arms newest first, their probe surprisal and bandit rewards."""

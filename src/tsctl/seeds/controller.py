@@ -35,6 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tsctl.config.knobs import window_length
 from tsctl.config.schema import TsctlConfig
 from tsctl.io.step_logs import keep_through, read_step_log
 from tsctl.models.samples import Sample
@@ -117,7 +118,7 @@ class Controller:
         cells: dict[str, list[float]] = {}
         prompts: dict[str, list[float]] = {}
         recent = [0.0, 0]
-        window = max(1, self.cfg.refresh)
+        window = window_length(self.cfg)
         for line in read_step_log(self.path).records if self.path.is_file() else []:
             if line["step"] > first:  # steps are counted from 1: line N is 0-based step N - 1
                 continue

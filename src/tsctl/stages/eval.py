@@ -16,7 +16,9 @@ response. Results go to the checkpoint's folder (a run's ``<run>/eval/step-N/``,
     <benchmark>.parquet         every sampled and greedy response ("eval" shard, with .sha256 beside)
 
 A run's checkpoints are scored on ``heldout`` only under the run's own ``task``
-(:mod:`tsctl.evaluation.run_task`). Existing results are never replaced unless ``eval.overwrite=true``; every file is written atomically,
+(:mod:`tsctl.evaluation.run_task`). A run may lie anywhere it is named (a copied or exported run), but one named inside
+the runs folder must resolve inside it, and no results folder is written through a link out of its run or the runs
+folder (:func:`tsctl.io.run_identity.write_place_problem`). Existing results are never replaced unless ``eval.overwrite=true``; every file is written atomically,
 the JSON last, so a JSON file always has its samples beside it. Each results folder is held locked
 (``.lock``) while it is written, so a second ``tsctl eval`` of the same checkpoint is refused at its start.
 """
@@ -37,6 +39,7 @@ from tsctl.evaluation.suites import HELDOUT, Suite, fit_suites, load_suites, sui
 from tsctl.evaluation.targets import Target, resolve_targets
 from tsctl.io import atomic
 from tsctl.io.progress import console, make_progress
+from tsctl.io.run_identity import write_place_problem
 from tsctl.io.runs import RunError, held
 from tsctl.io.shards import checksum_path, write_shard
 from tsctl.models.loading import load_model
@@ -55,6 +58,7 @@ def evaluate(composed: Composed) -> list[dict[str, Any]]:
     cfg = composed.cfg
     suites = load_suites(cfg)
     targets = resolve_targets(cfg, base_model_path)
+    refuse_links_out(targets, cfg)
     refuse_other_task(targets, suites, cfg)
     refuse_existing(targets, suites, cfg.eval.overwrite)
     with contextlib.ExitStack() as stack:  # another tsctl eval writing the same results is refused now, not after its evaluation
@@ -98,6 +102,17 @@ def no_answer(target: Target, suite: Suite, cfg: TsctlConfig) -> str:
 def result_paths(target: Target, benchmark: str) -> tuple[Path, Path]:
     """The ``.json`` and ``.parquet`` files of ``target`` on ``benchmark``."""
     return target.out_dir / f"{benchmark}.json", target.out_dir / f"{benchmark}.parquet"
+
+
+def refuse_links_out(targets: Sequence[Target], cfg: TsctlConfig) -> None:
+    """Raise RunError where a target's results folder would be written through a link out of its run (a run's
+    ``eval/step-N``) or out of the runs folder (any other model's), or where a run named inside the runs folder leads
+    out of it (:func:`tsctl.io.run_identity.write_place_problem`)."""
+    runs = Path(cfg.runs_dir)
+    for target in targets:
+        folder = target.out_dir.parents[1] if target.step is not None else runs  # <run>/eval/step-N, or under the runs folder
+        if (found := write_place_problem(folder, target.out_dir, runs)) is not None:
+            raise RunError(found)
 
 
 def refuse_existing(targets: Sequence[Target], suites: Sequence[Suite], overwrite: bool) -> None:

@@ -7,9 +7,10 @@ rollout stream at ``shards.data_step`` through the functions train uses
 (:func:`tsctl.trainer.rollout.collect_groups`, :func:`tsctl.trainer.rewards.sample_advantages`).
 
 The command says how many samples of a group continue a seed, as ``train`` does (``ratio`` of ``trainer.n``,
-:func:`~tsctl.seeds.base.seeded_count`): a shard ``tsctl seed`` wrote for another count is refused, naming both counts.
-Its rows are checked (:mod:`tsctl.io.shard_contents`) before the policy loads, then against the policy's vocabulary
-and its engine's context, before anything is sampled.
+:func:`~tsctl.config.knobs.seeded_count`): a shard ``tsctl seed`` wrote for another count is refused, naming both counts.
+The task's data is checked first (:func:`~tsctl.trainer.data_checks.check_data`, as ``train`` and ``tsctl seed`` do),
+then the shard's rows (:mod:`tsctl.io.shard_contents`), both before the policy loads, then the rows against the policy's
+vocabulary and its engine's context, before anything is sampled.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
+from tsctl.config.knobs import seeded_count
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.factory import load_policy, task_demand
 from tsctl.evaluation.targets import resolve_model
@@ -27,10 +29,11 @@ from tsctl.io.runs import ROLLOUTS_FILE, SEEDS_FILE, shard_dir
 from tsctl.io.shard_place import shard_place
 from tsctl.io.shard_contents import check_rows
 from tsctl.io.shards import ShardError, read_shard, write_shard
-from tsctl.seeds.base import seeded_count, seeds_from_table
+from tsctl.seeds.base import seeds_from_table
 from tsctl.seeds.shard_limits import row_limits
 from tsctl.stages.warmup import base_model_path
 from tsctl.tasks.reward_controls import training_reward
+from tsctl.trainer.data_checks import check_data
 from tsctl.trainer.rewards import sample_advantages
 from tsctl.trainer.rollout import Sampler, collect_groups, servable_task, step_params
 from tsctl.trainer.rollout_shard import rollout_columns
@@ -38,6 +41,7 @@ from tsctl.trainer.rollout_shard import rollout_columns
 
 def rollout(composed: Composed) -> Path:
     """Continue the seed shard with the current policy, add plain samples, grade; returns the rollout shard's path."""
+    check_data(composed.cfg, scored=0)  # a data refusal before any model is loaded or warmed up
     out = shard_dir(composed.cfg) / ROLLOUTS_FILE
     with shard_place(out, composed.cfg.shards.overwrite):  # its folder held: no other writer, no temp file left, no shard replaced unasked
         return _write_rollouts(composed, out)
@@ -80,7 +84,7 @@ REWRITE = "write it again with `tsctl seed`, this command's overrides and shards
 
 
 def seeds_per_prompt(cfg: TsctlConfig, path: Path, metadata: dict[str, str]) -> int:
-    """The seeds of each group this command continues, :func:`~tsctl.seeds.base.seeded_count` of ``cfg``; a shard
+    """The seeds of each group this command continues, :func:`~tsctl.config.knobs.seeded_count` of ``cfg``; a shard
     (``path``, its ``metadata``) written for another count is refused in one line naming both and the fixes."""
     k, written = seeded_count(cfg), metadata.get("seeds_per_prompt")
     asks = f"ratio={cfg.ratio:g} with trainer.n={cfg.trainer.n} seeds {k} of each group's samples"

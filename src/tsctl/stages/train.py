@@ -105,6 +105,7 @@ def _train(composed: Composed, world: ranks.World) -> RunDir:
     cfg, tr = composed.cfg, composed.cfg.trainer
     with RunSession(composed, world) as session:  # the run's lock, resume plan, manifest, metric sink and signals
         check_data(cfg, train_scored(cfg))  # a data refusal before any model is built or warmed up
+        session.check_same_data()  # a resume's data is the data the run started with
         plan, base = session.plan, rank_0_first(lambda: base_model_path(cfg))  # the built-in model is warmed up once
         ctx = setup(cfg, str(plan.start[1] if plan.start else base), base, session.run, world)
         if ctx.seeds is not None and plan.start:

@@ -138,7 +138,8 @@ def load_benchmark(
         first_of=("solution",) if cfg.solution_rule == "list_first" else (),
     )
     if cfg.path is not None:
-        records, skipped = read_records(resolve_path(cfg.path), fields, on_bad_row, file_format=cfg.format, **options)
+        records, skipped = read_records(resolve_path(cfg.path), fields, on_bad_row, file_format=cfg.format,
+                                        format_key=f"format: jsonl or parquet in the {cfg.name} benchmark config", **options)
     else:
         rows = enumerate(_hf_rows(cfg), start=1)
         records, skipped = map_rows(rows, f"{cfg.hf_dataset} ({cfg.split}) row", fields, on_bad_row, **options)

@@ -4,6 +4,7 @@ A data path's digest is that of its content, wherever it lies: the sha256 of a f
 ``save_to_disk``, the sha256 of its files' names and bytes; of a hub dataset, the fingerprint ``datasets`` gives the
 loaded split. Rows rewritten at the same path give another digest; the same rows at another path the same one. A
 split's digest is that of its problems as a command uses them (id, question, answer, worked solution, in order).
+A resume compares the digests its manifest recorded with the data's now (:func:`data_changes`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,39 @@ def data_digests(cfg: TaskConfig) -> dict[str, Any]:
             problems = task.problems(split)
             out[split] = {"problems": len(problems), "sha256": problems_digest(problems)}
     return out
+
+
+SOURCE_WORDS = {"train": "task.file.train_path's content", "heldout": "task.file.heldout_path's content"}
+"""How a changed entry of ``data.source`` is named (any other entry by its key)."""
+
+
+def data_changes(recorded: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    """What differs between a manifest's ``recorded`` data (:func:`data_digests`; None: a run from before they were
+    recorded, nothing to compare) and the data's digests ``now``, each in words: ``the train split (20 problems,
+    sha256:1a2b3c4d -> 18 problems, sha256:5e6f7a8b)``, ``task.file.train_path's content (sha256:... -> sha256:...)``.
+    Only what ``recorded`` holds is compared."""
+    if not recorded:
+        return []
+    changes = []
+    for split in ("train", "heldout"):
+        was, is_ = recorded.get(split), now.get(split)
+        if split in recorded and was != is_:
+            changes.append(f"the {split} split ({_split_words(was)} -> {_split_words(is_)})")
+    was_source, source = recorded.get("source") or {}, now.get("source") or {}
+    for key in was_source:
+        if was_source[key] != source.get(key):
+            changes.append(f"{SOURCE_WORDS.get(key, key)} ({_short(was_source[key])} -> {_short(source.get(key))})")
+    return changes
+
+
+def _split_words(split: dict[str, Any] | None) -> str:
+    """A recorded split as words: ``20 problems, sha256:1a2b3c4d`` (``none`` where it is missing)."""
+    return "none" if not split else f"{split.get('problems')} problems, {_short(split.get('sha256'))}"
+
+
+def _short(value: Any) -> str:
+    """A digest shortened to its first 8 hex digits (``sha256:1a2b3c4d``); any other value as it is."""
+    return value[: len("sha256:") + 8] if isinstance(value, str) and value.startswith("sha256:") else str(value)
 
 
 def hash_file(path: Path, digest: Any) -> None:

@@ -61,6 +61,7 @@ def read_records(
     path_key: str | None = None,
     first_of: Collection[str] = (),
     row_limit: RowLimit | None = None,
+    format_key: str | None = None,
 ) -> tuple[list[Record], int]:
     """Read and map every row of a JSONL or Parquet file.
 
@@ -82,6 +83,8 @@ def read_records(
             (a benchmark that stores several reference solutions); every other text field must be text.
         row_limit: the most bytes a row may hold (None: any); a larger row is a bad row, found before it is decoded
             (:mod:`tsctl.tasks.row_size`).
+        format_key: the setting that names ``file_format``, suggested where the suffix tells no format (None: there is
+            none, the file must be renamed).
 
     Returns:
         ``(records, skipped)``: the good rows in file order and the number of bad rows skipped.
@@ -95,7 +98,7 @@ def read_records(
         raise DataError(f"{path} is a folder, not a data file; point {path_key or 'the setting that names it'} at a JSONL or Parquet file")
     if not path.is_file():
         raise DataError(f"data file not found: {path} (resolved to {path.resolve()})")
-    kind = _format_of(path, file_format)
+    kind = _format_of(path, file_format, format_key)
     rows = _jsonl_rows(path, skip_key, path_key, row_limit) if kind == "jsonl" else _parquet_rows(path, row_limit)
     unit = "line" if kind == "jsonl" else "row"
     return map_rows(rows, f"{path} {unit}", fields, on_bad_row, answer_rule=answer_rule, optional=optional, fix=fix, skip_key=skip_key,
@@ -233,7 +236,7 @@ def _map_row(
     return values
 
 
-def _format_of(path: Path, file_format: str) -> str:
+def _format_of(path: Path, file_format: str, format_key: str | None) -> str:
     if file_format not in FORMATS:
         raise DataError(f"format={file_format!r} for {path}: choose one of {', '.join(FORMATS)}")
     if file_format != "auto":
@@ -241,7 +244,7 @@ def _format_of(path: Path, file_format: str) -> str:
     kind = _SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise DataError(
-            f"cannot tell the format of {path} from its suffix: name it .jsonl or .parquet (or set the format)"
+            f"cannot tell the format of {path} from its suffix: name it .jsonl or .parquet" + (f" (or set {format_key})" if format_key else "")
         )
     return kind
 

@@ -32,10 +32,10 @@ from typing import Callable, Optional
 
 import torch
 
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.schema import TsctlConfig
 from tsctl.models.batch import RolloutBatch, pi_b_on_prefix
 from tsctl.models.samples import PREFIX
-from tsctl.seeds.base import uses_seeds
 
 TRACE_LOGPROBS = ("exclude", "cap", "shaping")
 """Values of ``seeds.trace_logprobs``."""

@@ -31,6 +31,7 @@ from transformers import PreTrainedTokenizerBase
 from tsctl.algo.objective import Objective
 from tsctl.algo.position_metrics import MetricSums
 from tsctl.config.errors import ConfigError
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed import world as ranks
 from tsctl.engines.base import Engine
@@ -41,7 +42,6 @@ from tsctl.models.batch import RolloutBatch
 from tsctl.models.compiled import CompiledLayers
 from tsctl.models.forward import Forward
 from tsctl.models.precision import compute_dtype, model_device
-from tsctl.seeds.base import uses_seeds
 from tsctl.trainer.denominators import shaping_gamma
 from tsctl.trainer.nonfinite import NonFiniteGuard
 from tsctl.trainer.optim import load_trainable, make_optimizer

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.engines.base import Engine, Request, SamplingParams
@@ -12,7 +13,7 @@ from tsctl.models.prompt_fit import FittingTask, PromptRoom
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.samples import Sample
 from tsctl.seeds.bank import SeedBank
-from tsctl.seeds.base import Seed, uses_seeds
+from tsctl.seeds.base import Seed
 from tsctl.tasks.base import Problem, Task
 from tsctl.tasks.grading import answer_found
 from tsctl.tasks.registry import build_task
@@ -106,7 +107,7 @@ def step_params(cfg: TsctlConfig, step: int, stream: int = Stream.SAMPLING, seed
 
 def sample_groups(step: int, cfg: TsctlConfig, sampler: Sampler, seeds: SeedBank | None, parallel: Parallel) -> list[Sample]:
     """The step's groups from ``sampler`` (its engine, its task's grades and its train split): ``trainer.batch_size``
-    prompts of the schedule, ``trainer.n`` samples each, the first :func:`~tsctl.seeds.base.seeded_count` of a group
+    prompts of the schedule, ``trainer.n`` samples each, the first :func:`~tsctl.config.knobs.seeded_count` of a group
     continuing its seeds from ``seeds`` (a Thinking Seeds run's bank), over the ranks of ``parallel``.
 
     With ``algo.dynamic_sampling``, groups whose rewards are all equal are dropped and replaced by

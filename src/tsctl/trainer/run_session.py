@@ -8,6 +8,8 @@
 - entering: SIGTERM and SIGINT end the start as an error does (:class:`~tsctl.trainer.stop_signals.StartSignals`); a
   resume takes the run's lock, then plans where it starts (:attr:`plan`, :mod:`tsctl.io.resume_plan`) and takes the
   arithmetic the run started with (:mod:`tsctl.io.rounding`);
+- :meth:`check_same_data`: a resume of data other than the data the run started with (the manifest's ``data``) refused,
+  before any model loads;
 - :meth:`make_folder`: a new run's folder and lock, once the caller's model and data have loaded;
 - :meth:`begin`: the resume plan applied to the step logs, the metric sink opened, the manifest ``running``, and from
   then on a signal only noted (:attr:`signals`, :class:`~tsctl.trainer.stop_signals.StopSignals`);
@@ -24,18 +26,18 @@ import contextlib
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from tsctl.config.knobs import seeded_count
 from tsctl.distributed import world as ranks
 from tsctl.engines.factory import unread_keys
 from tsctl.io import faults, rounding
 from tsctl.io.progress import console
 from tsctl.io.resume_plan import ResumePlan, plan_resume
-from tsctl.io.runs import RunDir, locate_run, open_run
+from tsctl.io.runs import RunDir, RunError, locate_run, open_run
 from tsctl.io.sinks import MetricsSink, check_logger
 from tsctl.io.world_segments import with_segment, world_change
 from tsctl.models.builtin import base_model_entry
 from tsctl.models.loading import resolve_device
-from tsctl.seeds.base import seeded_count
-from tsctl.tasks.digests import data_digests
+from tsctl.tasks.digests import data_changes, data_digests
 from tsctl.trainer.nonfinite import NonFiniteError
 from tsctl.trainer.stop_signals import Interrupted, StartSignals, StopSignals
 
@@ -89,6 +91,23 @@ class RunSession:
             raise
         return self
 
+    def check_same_data(self) -> None:
+        """On a resume, refuse data other than what the run started with (the manifest's ``data``: its digests, compared by
+        :func:`~tsctl.tasks.digests.data_changes`) in one line naming what changed; otherwise :meth:`begin` would record
+        the new digests and the run go on as if it had trained on this data from its start.
+
+        Raises:
+            RunError: the data changed since the run started.
+        """
+        if not self.cfg.resume:
+            return
+        changes = data_changes(self.run.manifest().get("data"), data_digests(self.cfg.task))
+        if not changes:
+            return
+        start = f" (with model.path={self.plan.start[1]} it starts from this run's last checkpoint)" if self.plan.start else ""
+        raise RunError(f"resume of {self.run.path}: its data changed since the run started: {'; '.join(changes)} (manifest.json's data "
+                       f"records what it trained on); put that data back, or train on this data as a new run under another name=...{start}")
+
     def make_folder(self) -> None:
         """Create and lock a new run's folder (rank 0, then the others); a resume holds its folder already."""
         if not self.cfg.resume:
@@ -109,7 +128,7 @@ class RunSession:
                 console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
             self._sink = MetricsSink(self.run, cfg.logger, self._node)
             self.run.mark_running(started_step=self.start, base_model=base_model_entry(cfg, base), data=data_digests(cfg.task), **started,
-                                  seeded=seeded_count(cfg),
+                                  seeded_per_group=seeded_count(cfg),
                                   **with_segment(before, self.start, world.size))
         self._handlers.__exit__(None, None, None)
         self._handlers = StopSignals(cfg.trainer.steps, cfg.trainer.checkpoint_on_signal).__enter__()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed import world as ranks
 from tsctl.engines.factory import build_engine, logs_dir
@@ -33,7 +34,6 @@ from tsctl.models.compiled import CompileStats, compile_stats
 from tsctl.models.precision import compute_dtype
 from tsctl.models.prompts import PromptFormatter
 from tsctl.seeds.bank import SeedBank
-from tsctl.seeds.base import uses_seeds
 from tsctl.tasks.registry import build_task
 from tsctl.tasks.split_checks import check_task
 from tsctl.trainer.context import StepContext

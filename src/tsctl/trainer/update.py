@@ -18,13 +18,14 @@ tokens of unknown pi_b when ``seeds.trace_logprobs=exclude``.
 
 The loss of each micro-batch is the run's :class:`~tsctl.algo.objective.Objective` (built once from ``algo``): the
 policy loss ``algo.policy_loss``, the rollout correction's weights, the KL and entropy terms, each aggregated by
-``algo.loss`` with the mini-batch's normalisers. Its forward is the run's :class:`~tsctl.models.forward.Forward`
+``algo.aggregation`` with the mini-batch's normalisers. Its forward is the run's :class:`~tsctl.models.forward.Forward`
 (packing, prompt sharing, the LM head's chunk, the micro-batch limits, autocast to ``model.compute_dtype``: bf16 on
 CUDA by default while the parameters, their gradients and AdamW's state stay float32). Each mini-batch passes the
 non-finite guard (:mod:`tsctl.trainer.nonfinite`) before and after its optimiser step. With ``trainer.compile``
 the forwards run the policy's compiled decoder layers (:mod:`tsctl.models.compiled`). Logged per step: the policy
-loss's metrics over the loss tokens, by source and position (an entry's own, such as ``masked``, overall and as
-``<name>_by_source/<source>``); ``kl_ref`` over the KL's tokens; with a rollout correction,
+loss's metrics over the loss tokens, by source and position (its per-token ``ratio`` as ``importance_ratio`` and
+``importance_ratio_by_source/<source>``, apart from the seeded share ``ratio``; an entry's own, such as ``masked``,
+overall and as ``<name>_by_source/<source>``); ``kl_ref`` over the KL's tokens; with a rollout correction,
 ``rollout_correction/weight_mean`` and ``rollout_correction/corrected_share``; with a stale-token mask,
 ``<name>/masked`` and ``<name>/m2`` (``m2po/masked``); with ``seeds.trace_logprobs=shaping``, ``shaped`` (the share of
 loss tokens LUFFY's shaping trains, overall and ``shaped_by_source/<source>``).
@@ -46,6 +47,7 @@ from tsctl.algo.aggregations import Norms, loss_norms
 from tsctl.algo.losses import METRICS
 from tsctl.algo.objective import Loss, Objective, Tokens
 from tsctl.algo.position_metrics import MetricSums, absolute_bins, relative_deciles, split_by_source
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.rng import Stream, step_seed
 from tsctl.config.schema import TsctlConfig
 from tsctl.distributed.fsdp import full_tensor
@@ -54,7 +56,6 @@ from tsctl.models.batch import RolloutBatch
 from tsctl.models.compiled import CompiledLayers
 from tsctl.models.forward import Forward
 from tsctl.models.samples import PREFIX
-from tsctl.seeds.base import uses_seeds
 from tsctl.trainer.denominators import unknown_pi_b
 from tsctl.trainer.nonfinite import NonFiniteGuard
 from tsctl.trainer.parallel import Parallel
@@ -182,12 +183,12 @@ def _record(metrics: MetricSums, loss: Loss, sub: RolloutBatch, learner: Trainee
         metrics.add_tokens(name, token[name], mask)
     if learner.objective.dual_clip:
         metrics.add_tokens("clip_dual", token["clip_dual"], mask)
-    metrics.add_tokens("ratio", token["ratio"], mask)
+    metrics.add_tokens("importance_ratio", token["ratio"], mask)
     for name in sorted(token.keys() - set(METRICS)):  # the policy loss's own metrics (``masked``...), overall and by source
         metrics.add(name, token[name][mask].double().sum(), mask.sum())
         metrics.add_pairs(f"{name}_by_source", split_by_source(token[name], mask, sub.source))
     metrics.add_pairs("clipped_by_source", split_by_source(token["clipped"], mask, sub.source))
-    metrics.add_pairs("ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
+    metrics.add_pairs("importance_ratio_by_source", split_by_source(token["ratio"], mask, sub.source))
     metrics.add_pairs("clipped_by_pos", absolute_bins(token["clipped"], mask, bins, response_mask=sub.resp_mask))
     metrics.add_pairs("clipped_by_rel", relative_deciles(token["clipped"], mask, response_mask=sub.resp_mask))
     if uses_seeds(cfg):

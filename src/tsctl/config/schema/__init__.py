@@ -35,13 +35,17 @@ class TsctlConfig:
     ratio: float = 0.0
     """Share (%) of each group's samples that continue a behaviour-policy prefix; 0 = plain DAPO. It must be exact at
     ``trainer.n`` (a whole number of samples: ``ratio=30`` with ``n=8`` is refused, 2 of 8 being ratio 25)."""
-    seeded: Optional[int] = None
+    seeded_per_group: Optional[int] = None
     """Seeded samples per group, ``round(trainer.n * ratio / 100)``: derived from ``ratio`` and ``trainer.n`` and written
-    into every run's config and manifest; leave it unset (a value given must equal it)."""
+    into every run's config and manifest; leave it unset (a value given must equal it). Once ``seeded``, the name a
+    sample's flag keeps (``Sample.seeded``: it continues a seed)."""
     truncation: str = "uniform"
     """Truncation strategy for seeds: fixed, uniform, boundary, entropy or schedule."""
     refresh: int = 10
-    """Steps between behaviour-policy refreshes (T); 0 = never refresh (keep the initial model)."""
+    """Steps between behaviour-policy refreshes (T): the steps of one refresh window, whose seeds the weights at its first
+    step write. 0 = one window, the whole run: the initial model writes every step's seeds and is never refreshed
+    (:func:`tsctl.config.knobs.window_length`); ``seeds.selector`` choosing among older snapshots and
+    ``truncation=target_pass`` need ``refresh > 0``."""
     seed: int = 0
     """Seed of sampling, initialisation and data order."""
     experiment: str = "default"

@@ -32,10 +32,11 @@ class EngineConfig:
 class AlgoConfig:
     """Policy-gradient objective: DAPO/GRPO with token-level clipped importance ratios."""
 
-    loss: str = "dapo"
+    aggregation: str = "dapo"
     """How every per-token term of the objective (the policy loss, the KL, the entropy bonus) becomes one number
     (``algo/aggregations.py``, one aggregation for all of them): ``dapo`` (token-mean over the mini-batch) or ``grpo``
-    (each sequence's token-mean, then the mean over sequences)."""
+    (each sequence's token-mean, then the mean over sequences). Once ``algo.loss``; the per-token loss itself is
+    ``policy_loss``."""
     policy_loss: str = "vanilla"
     """The per-token objective (``algo/losses.py``'s ``POLICY_LOSSES``, one module of ``algo/`` each):
     ``vanilla`` (PPO clip with clip-higher and the dual clips; every token its own ratio), ``gspo``
@@ -73,7 +74,7 @@ class AlgoConfig:
     """Added to the group std before dividing."""
     kl_coef: float = 0.0
     """Coefficient of a KL penalty (the divergence ``kl_type``) to the frozen initial model, aggregated as the policy
-    term (``loss``); seed-prefix tokens are left out of it; 0 disables (DAPO default)."""
+    term (``aggregation``); seed-prefix tokens are left out of it; 0 disables (DAPO default)."""
     kl_type: str = "k3"
     """The divergence of the ``kl_coef`` term (``algo/divergences.py``'s ``DIVERGENCES``), each from the rollout's own
     tokens and the reference's log-probs, ``r = pi_ref / pi_theta``: ``k3`` (``r - 1 - log r`` differentiated as it
@@ -87,7 +88,7 @@ class AlgoConfig:
     (on the policy's device), ``cpu`` (kept and run on the CPU: no GPU memory, slow forwards) or
     ``offload`` (kept on the CPU, moved to the policy's device for its one forward per step)."""
     entropy_coef: float = 0.0
-    """Coefficient of an entropy bonus, aggregated as the policy term (``loss``); 0 disables."""
+    """Coefficient of an entropy bonus, aggregated as the policy term (``aggregation``); 0 disables."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and draw more prompts."""
     max_resample_rounds: int = 3

@@ -23,11 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 from tsctl.analysis.points import POINT_SEP
 from tsctl.config.compose import Composed
 from tsctl.config.errors import ConfigError
+from tsctl.config.knobs import uses_seeds
 from tsctl.config.overrides import is_hydra, key_of
 from tsctl.io.config_diff import PLACE_KEYS, flatten
 from tsctl.runconfig import compose_config, idle_settings
 from tsctl.runconfig.registries import schema
-from tsctl.seeds.base import uses_seeds
 
 LOCATION_KEYS = ("runs_dir", "experiment", "name", "resume")
 """Keys that place a sweep rather than define a point: never swept, not part of the sweep's identity."""
