@@ -405,3 +405,46 @@ HARD_RULE = ("the candidate whose warm-up models' held-out pass@8 (mean over the
 """The rule that chooses the hard regime from the candidates' records; :data:`HARD_PASS_AT_8` and :data:`HARD_MIN_PASS_AT_1` are its numbers."""
 HARD_PASS_AT_8 = 0.30
 HARD_MIN_PASS_AT_1 = 0.0
+
+HARD_REGIME = HARD_CANDIDATES[0].overrides
+"""The hard regime: the candidate :data:`HARD_RULE` chose from the candidates' warm-up records (committed before this
+line; docs/RESULTS.md's hard-regime section shows them): 4 numbers of 1-20, targets up to 200, its warm-up model's
+held-out pass@8 0.277 and pass@1 0.068."""
+
+# The arena, declared before its runs: the field's methods for keeping pass@k against plain DAPO and the seeds, in the
+# hard regime at the default learning rate and length, with the warm-up model a random unit (4 warm-up models x 2 seeds).
+ARENA_WARMUPS = "model.warmup.seed=0,1,2,3"
+ARENA_ARMS = {
+    "DAPO": ["ratio=0"],
+    "ratio 25": ["ratio=25"],
+    "KL 0.1": ["ratio=0", "algo.kl_coef=0.1"],
+    "KL-Cov": ["ratio=0", "algo.policy_loss=kl_cov", "algo.kl_cov.k_ratio=0.002"],
+    "forking tokens 20%": ["ratio=0", "algo.policy_loss=forking_tokens", "algo.forking_tokens.top_share=0.2"],
+    "pass@k training": ["ratio=0", "algo.adv_estimator=passk", "algo.passk.k=4"],
+    "ratio 25 + KL 0.1": ["ratio=25", "algo.kl_coef=0.1"],
+}
+"""Each arm's settings beside the regime's (the defaults otherwise: lr 5e-5, 400 steps, refresh 10 where seeded)."""
+ARENA_CONTROL = ("random reward", ["model.warmup.seed=0", "ratio=0", "task.reward=random"])
+"""The random-reward control: one warm-up model x 2 seeds, exploratory."""
+
+
+def _arena_sweep(label: str) -> str:
+    """The :data:`SWEEPS` name of arena arm ``label``."""
+    return "hard-arena-" + re.sub("[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
+SWEEPS.update({_arena_sweep(label): Sweep(f"Hard regime arena: {label}", [*HARD_REGIME, ARENA_WARMUPS, *settings], settings[0], 2)
+               for label, settings in ARENA_ARMS.items()})
+SWEEPS[_arena_sweep(ARENA_CONTROL[0])] = Sweep(f"Hard regime arena: {ARENA_CONTROL[0]} (control)", [*HARD_REGIME, *ARENA_CONTROL[1]], "ratio=0", 2)
+
+ARENA_METRICS = ("pass@8", "pass@1")
+SECTIONS["hard-arena"] = Section(
+    "The arena (hard countdown, default lr 5e-5, 400 steps, 4 warm-up models x 2 seeds): which method keeps what RL takes away",
+    [Arm(label, _arena_sweep(label)) for label in [*ARENA_ARMS, ARENA_CONTROL[0]]],
+    [Primary(label, "DAPO", metric) for label in ARENA_ARMS if label != "DAPO" for metric in ARENA_METRICS]
+    + [Primary("ratio 25 + KL 0.1", "KL 0.1", metric) for metric in ARENA_METRICS],
+    "Where the warm-up model rarely solves a problem, does any method keep held-out pass@8 (and pass@1) above plain DAPO's, "
+    "and does seeding add anything to the best regulariser (ratio 25 + KL against KL alone)? Warm-up models are a random "
+    "unit (training seeds nested in them, crossed with problems); every arm against the warm-up model, and the random-reward "
+    "control (one warm-up model), are exploratory.",
+)
