@@ -207,3 +207,17 @@ def test_with_a_held_out_file_the_fraction_and_data_seed_are_not_read(tmp_path):
     assert cache_of(*base, "task.file.heldout_fraction=0.3", "task.data_seed=9") == folder
     rows(tmp_path / "heldout.jsonl", 4)  # the held-out rows the warm-up scores, rewritten
     assert cache_of(*base) != folder
+
+
+def test_a_sweep_over_an_empty_held_out_split_is_refused_before_any_point_trains_even_without_evaluations(tmp_path, no_model):
+    data = rows(tmp_path / "one.jsonl", 1)
+    line = refused("ablate", [*file_args(tmp_path, data, "trainer.eval_every=0"), "ratio=0,25"], no_model)
+    assert line.startswith("error: the held-out split has no problem, and tsctl ablate scores each point's final checkpoint")
+    assert "tsctl train trainer.eval_every=0" in line and not (tmp_path / "runs").exists()
+
+
+def test_the_sweep_s_hint_followed_trains_the_point_without_a_held_out_split(tmp_path):
+    data = rows(tmp_path / "one.jsonl", 1)
+    result = runner.invoke(app, ["train", *file_args(tmp_path, data, "trainer.eval_every=0", "model.warmup.examples=64", "trainer.steps=1")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "runs" / "default" / "ratio0-seed0" / "manifest.json").read_text())["status"] == "completed"

@@ -37,6 +37,7 @@ from tsctl.distributed.world import current
 from tsctl.engines.base import AdapterEngine, Engine
 from tsctl.engines.factory import build_engine, in_process
 from tsctl.io.progress import console
+from tsctl.io.runs import RunError
 from tsctl.models.loading import load_model
 from tsctl.models.lora import swapped_adapter
 from tsctl.models.precision import compute_dtype
@@ -129,7 +130,7 @@ class WindowWriter:
         pulls = [totals.get(self.age(s, first), (0, 0.0)) for s in arms]
         surprisal = [s.surprisal for s in arms] if self.probes else None
         if surprisal is not None and None in surprisal:
-            raise ValueError(f"{self.pool.folder}: a snapshot has no probe surprisal; delete the pool folder and resume from a checkpoint before it")
+            raise RunError(f"{self.pool.folder}: a snapshot has no probe surprisal; delete the pool folder and resume from a checkpoint before it")
         return ArmStats(steps=[s.step for s in arms], surprisal=surprisal, pulls=[n for n, _ in pulls], rewards=[r for _, r in pulls])
 
     def _write(self, model: PreTrainedModel, engine: Engine, snap: Snapshot, problems: Sequence[Problem], steps: Sequence[int], k: int, sample_seed: int) -> dict[str, list]:

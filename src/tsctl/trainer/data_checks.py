@@ -23,12 +23,13 @@ from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 
 from tsctl.config.knobs import uses_seeds
-from tsctl.config.schema import TsctlConfig
+from tsctl.config.schema import TaskConfig, TsctlConfig
 from tsctl.io.adapters import is_adapter_folder
 from tsctl.io.progress import console
 from tsctl.models.prompt_fit import PromptRoom, fitting
 from tsctl.models.prompts import PromptFormatter
 from tsctl.models.tokenizer import build_char_tokenizer
+from tsctl.tasks.records import DataError
 from tsctl.tasks.registry import TASKS, build_task
 from tsctl.tasks.split_checks import check_splits
 
@@ -80,6 +81,19 @@ def prompt_measure(cfg: TsctlConfig) -> tuple[PromptFormatter, int | None] | Non
     except (OSError, ValueError):
         return None
     return formatter, context
+
+
+def check_final_eval_data(task: TaskConfig) -> None:
+    """Refuse, before any point of a ``tsctl ablate`` trains, a file task whose held-out split is empty: every point's
+    final checkpoint is scored on it, whatever ``trainer.eval_every`` says.
+
+    Raises:
+        DataError: the held-out split has no problem.
+    """
+    if TASKS.needs(task.name).data_files and next(iter(build_task(task).problems("heldout")), None) is None:
+        raise DataError("the held-out split has no problem, and tsctl ablate scores each point's final checkpoint on it; give the "
+                        "task more problems (a file task holds task.file.heldout_fraction of its rows out, or reads "
+                        "task.file.heldout_path=<file>), or train the points one by one with tsctl train trainer.eval_every=0")
 
 
 def train_scored(cfg: TsctlConfig) -> int:

@@ -70,6 +70,7 @@ from tsctl.io.runs import RunDir, RunError, held
 from tsctl.io.sinks import check_logger
 from tsctl.runconfig import checked, compose_config
 from tsctl.runconfig.registries import schema
+from tsctl.trainer.data_checks import check_final_eval_data
 from tsctl.stages.ablate.existing import announce, refuse_changed
 from tsctl.stages.ablate.plan import LOCATION_KEYS, LONE_POINT, Sweep, expand, first_point, fixed_keys, is_report_override, plan, sweep_name
 
@@ -151,6 +152,8 @@ def ablate(overrides: list[str]) -> tuple[Path, list[str]]:
     sweep = plan([o for o in overrides if not is_report_override(o)])
     for node in sweep.nodes:
         check_logger(OmegaConf.to_object(node.logger))  # what would stop wandb, before any folder (it fails each point otherwise)
+    for task in {OmegaConf.to_yaml(node.task): node.task for node in sweep.nodes}.values():
+        check_final_eval_data(OmegaConf.to_object(task))  # every point's end is scored on held-out problems, before any trains
     if (outside := outside_runs(sweep.path, Path(sweep.nodes[0].runs_dir))) is not None:
         raise RunError(f"sweep {outside}")
     fresh = not sweep.path.is_dir()
