@@ -162,8 +162,15 @@ def crossed_differences(setting: np.ndarray, baseline: np.ndarray, level: float 
             satterthwaite = (ms_seed + extra) ** 2 / (ms_seed**2 / (seeds - 1) + ms_problem**2 / (problems - 1) + ms_cell**2 / cells)
         df = np.where(extra > 0, satterthwaite, seeds - 1)
     total = ms_seed + extra
+    return t_differences(mean, total, seeds * problems, df, level)
+
+
+def t_differences(mean: np.ndarray, total: np.ndarray, cells: int, df: np.ndarray | int, level: float) -> Differences:
+    """The t-interval and two-sided p of ``N`` mean differences ``mean`` ``[N]`` whose variance is ``total / cells``
+    (``total`` ``[N]``: the combination of mean squares), on ``df`` degrees of freedom; a difference with no variance
+    is exact (p 0 when it is not 0, else 1)."""
     flat = total == 0
-    se = np.sqrt(total / (seeds * problems))
+    se = np.sqrt(total / (cells))
     with np.errstate(divide="ignore", invalid="ignore"):
         half = np.where(flat, 0.0, special.stdtrit(df, 0.5 + level / 2) * se)
         p = np.where(flat, np.where(mean != 0, 0.0, 1.0), 2 * special.stdtr(df, -np.abs(mean / se)))

@@ -58,9 +58,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
-from tsctl.analysis.crossed import Differences
+from tsctl.analysis.crossed import Differences, t_differences
 from tsctl.analysis.stats import LEVEL, Comparison, Interval, check_level
 
 METHOD = "warm-ups, seeds and problems"
@@ -201,12 +200,7 @@ def nested_differences(setting: np.ndarray, baseline: np.ndarray, level: float =
         extra = np.maximum(0.0, ms_problem - ms_interaction)
     df = warmups - 1
     total = ms_warmup + extra
-    flat = total == 0
-    se = np.sqrt(total / (warmups * seeds * problems))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        half = np.where(flat, 0.0, special.stdtrit(df, 0.5 + level / 2) * se)
-        p = np.where(flat, np.where(mean != 0, 0.0, 1.0), 2 * special.stdtr(df, -np.abs(mean / se)))
-    return Differences(mean, se, mean - half, mean + half, p)
+    return t_differences(mean, total, warmups * seeds * problems, df, level)
 
 
 def nested_difference(setting: np.ndarray, baseline: np.ndarray, level: float = LEVEL) -> Comparison:
